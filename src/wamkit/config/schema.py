@@ -1,0 +1,183 @@
+"""The one experiment schema. Every recipe knob lives here, typed and documented; nothing else in
+wamkit reads a recipe, so a knob that is documented is a knob that reaches the code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wamkit.errors import ConfigError
+
+TASK_MODES = ("policy",)
+NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "none")
+SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
+TOKENIZER_KINDS = ("pixel", "wan2.2")
+
+
+@dataclass
+class JobConfig:
+    """Run identity: `name` is the run name; re-running the same name resumes it."""
+
+    name: str = "demo"
+    output_root: str = ""  # "" -> $WAMKIT_OUTPUT_ROOT or ./runs
+    seed: int = 0
+
+    def run_dir(self) -> Path:
+        root = self.output_root or os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
+        return Path(root).expanduser() / self.name
+
+
+@dataclass
+class DataConfig:
+    """Where the LeRobot v3.0 dataset is and how windows are cut from it."""
+
+    path: str = ""  # dataset root; ${VAR} is expanded
+    generate_demo: bool = False  # write the embedded demo dataset to `path` when it is missing
+    camera_keys: list[str] = field(default_factory=list)  # [] -> every video feature
+    state_key: str = "observation.state"
+    action_key: str = "action"
+    chunk_length: int = 32  # T actions <-> T+1 frames
+    fps: float = 0.0  # 0 -> the dataset's fps; otherwise must equal it
+    normalization: str = "minmax"
+    state_normalization: str = ""  # "" -> same as `normalization`
+    use_state: bool = True
+    val_fraction: float = 0.1
+    num_workers: int = 0
+    domain_name: str = "demo"
+    domain_id: int = 0
+    prompt_template: str = "{task}"
+
+    def resolved_path(self) -> Path:
+        return Path(os.path.expandvars(self.path)).expanduser()
+
+
+@dataclass
+class ModelConfig:
+    """Which network and tokenizer to build."""
+
+    preset: str = "tiny"  # tiny | nano | edge | super
+    mode: str = "policy"
+    tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
+    vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
+    pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
+    text_tokenizer_path: str = ""  # "" -> byte tokenizer (tiny); else a tokenizer directory
+    max_text_tokens: int = 64
+    max_action_dim: int = 36
+    num_domains: int = 32
+    train_text_pathway: bool = False
+
+
+@dataclass
+class DiffusionConfig:
+    """Rectified-flow objective: x_s = s*eps + (1-s)*x0, target v = eps - x0."""
+
+    video_loss_weight: float = 1.0
+    action_loss_weight: float = 10.0  # the seeds' loss_scale for actions
+    shift: float = 0.0  # 0 -> resolution-dependent: base_shift * sqrt(H*W / base_resolution^2)
+    base_shift: float = 3.0
+    base_resolution: int = 256
+    logit_mean: float = 0.0
+    logit_std: float = 1.0
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 2e-4
+    action_head_lr_multiplier: float = 5.0
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+
+
+@dataclass
+class SchedulerConfig:
+    """Imaginaire-style lambda schedules: per cycle, a linear warm-up from f_start to f_max, then a
+    linear (LambdaLinear) or cosine (LambdaCosine) decay to f_min at the cycle end."""
+
+    kind: str = "LambdaLinear"
+    warm_up_steps: list[int] = field(default_factory=lambda: [0])
+    cycle_lengths: list[int] = field(default_factory=list)  # [] -> [trainer.max_iter]
+    f_start: list[float] = field(default_factory=lambda: [1e-6])
+    f_max: list[float] = field(default_factory=lambda: [1.0])
+    f_min: list[float] = field(default_factory=lambda: [0.0])
+
+
+@dataclass
+class TrainerConfig:
+    max_iter: int = 1000
+    samples_per_step: int = 8  # per-rank micro-batch, packed into one sequence
+    grad_accum_iter: int = 1
+    log_every: int = 10
+    val_every: int = 0  # 0 -> no in-loop validation
+    val_samples: int = 16
+    progress_bar: bool = True
+
+
+@dataclass
+class EMAConfig:
+    enabled: bool = True
+    beta: float = 0.999
+    warmup: float = 10.0  # beta_t = min(beta, t / (t + warmup)): beta_0 = 0, a copy
+
+
+@dataclass
+class CheckpointConfig:
+    save_iter: int = 500
+    load_path: str = ""  # base weights for a fresh run: diffusers dir or wamkit iteration dir
+    keep_last: int = 0  # 0 -> keep all
+
+
+@dataclass
+class ExperimentConfig:
+    job: JobConfig = field(default_factory=JobConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def validate(self) -> "ExperimentConfig":
+        """Reject knob combinations that would train on garbage; called after every load."""
+        _choice("model.mode", self.model.mode, TASK_MODES)
+        _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
+        _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
+        if self.data.state_normalization:
+            _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
+        _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)
+        if self.data.chunk_length <= 0 or self.data.chunk_length % 4:
+            raise ConfigError(
+                "data.chunk_length",
+                f"{self.data.chunk_length} is not a positive multiple of 4",
+                "the video tokenizer compresses time 4x: T+1 frames -> 1 + T/4 latent frames; use 16, 32, ...",
+            )
+        if not 0 <= self.data.domain_id < self.model.num_domains:
+            raise ConfigError(
+                "data.domain_id",
+                f"{self.data.domain_id} is outside [0, {self.model.num_domains})",
+                "pick a free domain row of the action heads",
+            )
+        if not 0 <= self.data.val_fraction < 1:
+            raise ConfigError("data.val_fraction", f"{self.data.val_fraction} not in [0, 1)", "use e.g. 0.1")
+        for name in ("max_iter", "samples_per_step", "grad_accum_iter", "log_every"):
+            if getattr(self.trainer, name) <= 0:
+                raise ConfigError(f"trainer.{name}", "must be positive", "")
+        if self.checkpoint.save_iter <= 0:
+            raise ConfigError("checkpoint.save_iter", "must be positive", "set it to max_iter to save once")
+        if self.model.tokenizer == "wan2.2" and not self.model.vae_path:
+            raise ConfigError(
+                "model.vae_path", "is empty while model.tokenizer = 'wan2.2'",
+                "point it at a diffusers AutoencoderKLWan directory (config.json + safetensors)",
+            )
+        if not self.data.path:
+            raise ConfigError("data.path", "is empty", "set it to a LeRobot v3.0 dataset root")
+        return self
+
+
+def _choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(field_name, f"{value!r} is not one of {list(allowed)}", f"use one of {list(allowed)}")

@@ -1,0 +1,279 @@
+"""Read a LeRobot v3.0 dataset from disk.
+
+v3.0 packs many episodes into each data parquet and each mp4, and keeps the per-episode offsets in
+``meta/episodes/*/*.parquet``. This reader resolves an episode to its rows and its time range in the
+shared mp4, so training code can ask for "episode 7, frames 10..26" without knowing the layout.
+Every malformed input raises :class:`DataError` naming the file or field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from wamkit.data.video import decode_at_times
+from wamkit.errors import DataError
+
+EPISODE_COLUMNS = (
+    "episode_index",
+    "tasks",
+    "length",
+    "data/chunk_index",
+    "data/file_index",
+    "dataset_from_index",
+    "dataset_to_index",
+)
+VIDEO_EPISODE_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+INFO_KEYS = ("codebase_version", "fps", "features", "data_path")
+_MAX_CACHED_FILES = 8
+
+
+def read_parquet(path: Path) -> pa.Table:
+    """Read a parquet file, turning a missing/corrupt file into a DataError that names it."""
+    if not path.is_file():
+        raise DataError(str(path), "parquet file is missing", "restore the file or re-export the dataset")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(str(path), f"cannot read parquet: {exc}", "re-export the dataset") from exc
+
+
+def column_to_numpy(table: pa.Table, name: str, where: str) -> np.ndarray:
+    """Convert a scalar, fixed-size-list or equal-length-list column to a numpy array ([N] or [N, D])."""
+    if name not in table.column_names:
+        raise DataError(where, f"column {name!r} is missing (have {table.column_names})",
+                        "re-export the dataset with this feature")
+    arr = table.column(name).combine_chunks()
+    if arr.null_count:
+        raise DataError(f"{where}[{name!r}]", f"{arr.null_count} null values", "re-export without missing values")
+    kind = arr.type
+    if pa.types.is_fixed_size_list(kind):
+        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), kind.list_size)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if len(arr) == 0:
+            return np.zeros((0, 0), dtype=np.float32)
+        if (lengths != lengths[0]).any():
+            raise DataError(f"{where}[{name!r}]", f"rows have different lengths {sorted(set(lengths.tolist()))}",
+                            "store every row of a vector feature with the same length")
+        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), int(lengths[0]))
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def load_info(root: Path) -> dict[str, Any]:
+    """Load and check meta/info.json: it is the contract for every other file."""
+    path = root / "meta" / "info.json"
+    if not path.is_file():
+        raise DataError(str(path), "meta/info.json is missing; this is not a LeRobot v3.0 dataset root",
+                        "point the recipe at the dataset root (the folder holding meta/, data/, videos/)")
+    try:
+        info = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(str(path), f"invalid JSON: {exc}", "fix or regenerate meta/info.json") from exc
+    missing = [k for k in INFO_KEYS if k not in info]
+    if missing:
+        raise DataError(str(path), f"missing keys {missing}", "regenerate meta/info.json with LeRobot v3.0")
+    version = str(info["codebase_version"])
+    if not version.startswith("v3."):
+        raise DataError(f"{path}: codebase_version", f"is {version!r}, expected v3.x",
+                        "convert the dataset to LeRobot v3.0 (lerobot's convert_dataset_v21_to_v30)")
+    for key, feat in info["features"].items():
+        if not isinstance(feat, dict) or "dtype" not in feat or "shape" not in feat:
+            raise DataError(f"{path}: features[{key!r}]", "needs 'dtype' and 'shape'", "regenerate meta/info.json")
+    if any(f["dtype"] == "video" for f in info["features"].values()) and "video_path" not in info:
+        raise DataError(f"{path}: video_path", "video features exist but no video_path template",
+                        "add video_path, e.g. videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+    return info
+
+
+def load_stats(root: Path) -> dict[str, dict[str, np.ndarray]] | None:
+    """Load meta/stats.json if present; normalizers validate what they need later."""
+    path = root / "meta" / "stats.json"
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(str(path), f"invalid JSON: {exc}", "recompute meta/stats.json") from exc
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for key, fields in raw.items():
+        if not isinstance(fields, dict):
+            raise DataError(f"{path}: [{key!r}]", "expected a dict of stat fields", "recompute meta/stats.json")
+        try:
+            stats[key] = {name: np.asarray(value, dtype=np.float64) for name, value in fields.items()}
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{path}: [{key!r}]", f"non-numeric stats: {exc}", "recompute meta/stats.json") from exc
+    return stats
+
+
+def load_tasks(root: Path) -> dict[int, str]:
+    """Load meta/tasks.parquet (task string <-> task_index); the string may be a column or the pandas index."""
+    path = root / "meta" / "tasks.parquet"
+    table = read_parquet(path)
+    text_col = next((c for c in ("task", "__index_level_0__") if c in table.column_names), None)
+    if text_col is None or "task_index" not in table.column_names:
+        raise DataError(str(path), f"needs a 'task' (or index) column and 'task_index'; have {table.column_names}",
+                        "regenerate meta/tasks.parquet")
+    return dict(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist()))
+
+
+def load_episodes(root: Path, video_keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+    """Load every meta/episodes/*/*.parquet (sorted) into {episode_index: row}."""
+    files = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    if not files:
+        raise DataError(str(root / "meta" / "episodes"), "no episode metadata parquet files",
+                        "regenerate meta/episodes/chunk-XXX/file-XXX.parquet")
+    needed = list(EPISODE_COLUMNS) + [f"videos/{k}/{f}" for k in video_keys for f in VIDEO_EPISODE_FIELDS]
+    episodes: dict[int, dict[str, Any]] = {}
+    for path in files:
+        table = read_parquet(path)
+        missing = [c for c in needed if c not in table.column_names]
+        if missing:
+            raise DataError(str(path), f"missing columns {missing}", "regenerate the episode metadata")
+        for row in table.select(needed).to_pylist():
+            ep = int(row["episode_index"])
+            if ep in episodes:
+                raise DataError(str(path), f"episode_index {ep} appears twice", "deduplicate meta/episodes")
+            episodes[ep] = row
+    return episodes
+
+
+class LeRobotV3Dataset:
+    """Random access to episodes, their columns and their video frames of a LeRobot v3.0 dataset."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.info = load_info(self.root)
+        self.fps = float(self.info["fps"])
+        self.features: dict[str, dict[str, Any]] = self.info["features"]
+        self.camera_keys = sorted(k for k, f in self.features.items() if f["dtype"] == "video")
+        self.stats = load_stats(self.root)
+        self.tasks = load_tasks(self.root)
+        self._episodes = load_episodes(self.root, self.camera_keys)
+        self.episode_indices = sorted(self._episodes)
+        self._files: OrderedDict[Path, dict[str, np.ndarray]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Drop the column cache when pickled into DataLoader workers (each worker refills its own)."""
+        state = dict(self.__dict__)
+        state["_files"] = OrderedDict()
+        return state
+
+    # ---- metadata -------------------------------------------------------------------------------
+    def _episode(self, ep: int) -> dict[str, Any]:
+        if ep not in self._episodes:
+            raise DataError(f"{self.root}/meta/episodes", f"episode {ep} not found",
+                            f"use one of the {len(self.episode_indices)} episodes in dataset.episode_indices")
+        return self._episodes[ep]
+
+    def episode_length(self, ep: int) -> int:
+        return int(self._episode(ep)["length"])
+
+    def episode_task(self, ep: int) -> str:
+        """The episode's task text (first of its 'tasks'; LeRobot episodes have one task)."""
+        tasks = self._episode(ep)["tasks"]
+        if not tasks:
+            raise DataError(f"{self.root}/meta/episodes: tasks[{ep}]", "episode has no task", "annotate a task")
+        return str(tasks[0])
+
+    def _feature(self, key: str) -> dict[str, Any]:
+        if key not in self.features:
+            raise DataError(f"{self.root}/meta/info.json: features", f"feature {key!r} is missing "
+                            f"(have {sorted(self.features)})", "choose an existing feature key in the recipe")
+        return self.features[key]
+
+    def feature_dim(self, key: str) -> int:
+        """Flattened size of one frame's value of a non-video feature."""
+        return int(math.prod(self._feature(key)["shape"]))
+
+    # ---- tabular data ---------------------------------------------------------------------------
+    def _data_path(self, ep: int) -> Path:
+        row = self._episode(ep)
+        rel = self.info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+        return self.root / rel
+
+    def _file_columns(self, path: Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """Whole-file numpy columns, cached per data file (LRU) so consecutive windows reuse them."""
+        cached = self._files.get(path)
+        if cached is None or any(k not in cached for k in keys):
+            table = read_parquet(path)
+            cached = cached or {}
+            for key in ("episode_index", "frame_index", *keys):
+                if key not in cached:
+                    cached[key] = column_to_numpy(table, key, str(path))
+            self._files[path] = cached
+        self._files.move_to_end(path)
+        while len(self._files) > _MAX_CACHED_FILES:
+            self._files.popitem(last=False)
+        return cached
+
+    def episode_columns(self, ep: int, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """All rows of episode `ep` for `keys`, ordered by frame_index; shape [L] or [L, D]."""
+        for key in keys:
+            if self._feature(key)["dtype"] == "video":
+                raise DataError(f"features[{key!r}]", "is a video feature, not a parquet column",
+                                "use decode_frames for cameras")
+        path = self._data_path(ep)
+        cols = self._file_columns(path, keys)
+        rows = np.flatnonzero(cols["episode_index"] == ep)
+        rows = rows[np.argsort(cols["frame_index"][rows], kind="stable")]
+        length = self.episode_length(ep)
+        if len(rows) != length or not np.array_equal(cols["frame_index"][rows], np.arange(length)):
+            raise DataError(f"{path}: episode {ep}", f"has {len(rows)} rows (frame_index "
+                            f"{cols['frame_index'][rows][:3].tolist()}...) but meta/episodes length is {length}",
+                            "re-export the dataset; data parquet and meta/episodes disagree")
+        out = {}
+        for key in keys:
+            values = cols[key][rows]
+            self._check_width(key, values, path)
+            out[key] = values
+        return out
+
+    def _check_width(self, key: str, values: np.ndarray, path: Path) -> None:
+        shape = self._feature(key)["shape"]
+        want = int(math.prod(shape))
+        got = 1 if values.ndim == 1 else int(math.prod(values.shape[1:]))
+        if got != want:
+            raise DataError(f"{path}[{key!r}]", f"rows have {got} values but info.json shape is {shape}",
+                            "fix meta/info.json features or re-export the data")
+
+    # ---- video ----------------------------------------------------------------------------------
+    def video_path(self, ep: int, camera_key: str) -> Path:
+        row = self._episode(ep)
+        rel = self.info["video_path"].format(video_key=camera_key, chunk_index=row[f"videos/{camera_key}/chunk_index"],
+                                             file_index=row[f"videos/{camera_key}/file_index"])
+        return self.root / rel
+
+    def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int]) -> np.ndarray:
+        """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp."""
+        if self._feature(camera_key)["dtype"] != "video":
+            raise DataError(f"features[{camera_key!r}]", "is not a video feature", f"use one of {self.camera_keys}")
+        frame_indices = np.asarray(frame_indices, dtype=np.int64)
+        length = self.episode_length(ep)
+        if frame_indices.size and (frame_indices.min() < 0 or frame_indices.max() >= length):
+            raise DataError(f"episode {ep}", f"frame indices {frame_indices.tolist()} outside [0, {length})",
+                            "request frames inside the episode")
+        if frame_indices.size == 0:
+            h, w, c = self.features[camera_key]["shape"]
+            return np.zeros((0, h, w, c), dtype=np.uint8)
+        timestamps = self.episode_columns(ep, ["timestamp"])["timestamp"].astype(np.float64)
+        start = float(self._episode(ep)[f"videos/{camera_key}/from_timestamp"])
+        path = self.video_path(ep, camera_key)
+        frames = decode_at_times(path, start + timestamps[frame_indices], self.fps)
+        self._check_frame_shape(camera_key, frames, path)
+        return frames
+
+    def _check_frame_shape(self, camera_key: str, frames: np.ndarray, path: Path) -> None:
+        shape = list(self.features[camera_key]["shape"])
+        h, w, c = frames.shape[1:]
+        if shape not in ([h, w, c], [c, h, w]):  # LeRobot writes [H, W, 3]; accept channel-first too
+            raise DataError(str(path), f"decoded frames are {list(frames.shape[1:])}, info.json says {shape} "
+                            f"for {camera_key!r}", "fix features[...]['shape'] in meta/info.json")

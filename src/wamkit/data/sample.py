@@ -1,0 +1,70 @@
+"""Turn a raw Window into the model's fixed-shape input.
+
+The model has one action width (`model.max_action_dim`) shared across robots/datasets, so actions and
+state are normalized then zero-padded to it, with a mask marking the real channels; several cameras
+are tiled side by side into one video, since the model consumes a single video stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wamkit.data.normalize import Normalizer
+from wamkit.data.windows import Window
+from wamkit.errors import DataError
+
+
+@dataclass
+class TrainingSample:
+    """video [T+1, H, V*W, 3] uint8, actions [T, A] f32, state [A] f32 | None, action_mask [A] bool."""
+
+    video: torch.Tensor
+    actions: torch.Tensor
+    state: torch.Tensor | None
+    action_mask: torch.Tensor
+    task: str
+    domain_id: int
+
+
+class SampleTransform:
+    """Window -> TrainingSample: normalize, pad to max_action_dim, tile cameras."""
+
+    def __init__(self, action_normalizer: Normalizer, state_normalizer: Normalizer | None, max_action_dim: int,
+                 use_state: bool, domain_id: int):
+        if max_action_dim < 1:
+            raise DataError("model.max_action_dim", f"is {max_action_dim}", "set a positive max_action_dim")
+        if use_state and state_normalizer is None:
+            raise DataError("data.use_state", "is true but no state normalizer was given",
+                            "set a state feature (data.state_key) or set data.use_state = false")
+        self.action_normalizer, self.state_normalizer = action_normalizer, state_normalizer
+        self.max_action_dim, self.use_state, self.domain_id = int(max_action_dim), bool(use_state), int(domain_id)
+        self._check_dim(action_normalizer.dim, action_normalizer.key)
+        if use_state:
+            self._check_dim(state_normalizer.dim, state_normalizer.key)
+
+    def _check_dim(self, dim: int | None, feature: str) -> None:
+        if dim is not None and dim > self.max_action_dim:
+            raise DataError("model.max_action_dim", f"is {self.max_action_dim} but dataset feature {feature!r} "
+                            f"has {dim} channels", f"raise model.max_action_dim to at least {dim}")
+
+    def _pad(self, x: torch.Tensor, feature: str) -> torch.Tensor:
+        self._check_dim(x.shape[-1], feature)
+        return torch.nn.functional.pad(x, (0, self.max_action_dim - x.shape[-1]))
+
+    def __call__(self, window: Window) -> TrainingSample:
+        action = window.action.float()
+        actions = self._pad(self.action_normalizer.normalize(action), self.action_normalizer.key)
+        mask = torch.zeros(self.max_action_dim, dtype=torch.bool)
+        mask[: action.shape[-1]] = True
+        state = None
+        if self.use_state:
+            if window.state is None:
+                raise DataError("data.use_state", f"is true but window of episode {window.episode_index} has no "
+                                "state", "set data.state_key to the dataset's state feature or use_state = false")
+            first = window.state[0].float()
+            state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
+        video = torch.cat(list(window.video), dim=2)  # [V, T+1, H, W, 3] -> [T+1, H, V*W, 3]
+        return TrainingSample(video=video.contiguous(), actions=actions.float(), state=state if state is None
+                              else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)

@@ -1,0 +1,94 @@
+"""Fixed-length training windows (T+1 frames, T actions) cut from episodes.
+
+A world-action model sees frames [start, start+T] and the T actions that move between them, so a
+window never crosses an episode boundary. Only the frames a window needs are decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from wamkit.data.lerobot_v3 import LeRobotV3Dataset
+from wamkit.errors import DataError
+
+
+@dataclass
+class Window:
+    """One clip: video [V, T+1, H, W, 3] uint8, state [T+1, Ds] | None, action [T, Da]."""
+
+    video: torch.Tensor
+    state: torch.Tensor | None
+    action: torch.Tensor
+    task: str
+    episode_index: int
+    start: int
+
+
+class WindowDataset(Dataset):
+    """All (episode, start) windows of `chunk_length` actions over the given episodes."""
+
+    def __init__(self, dataset: LeRobotV3Dataset, episodes: Sequence[int], chunk_length: int,
+                 camera_keys: Sequence[str] | None = None, state_key: str | None = "observation.state",
+                 action_key: str = "action", stride: int = 1):
+        if chunk_length < 1 or stride < 1:
+            raise DataError("WindowDataset", f"chunk_length={chunk_length}, stride={stride}: both must be >= 1",
+                            "set data.chunk_length and data.stride to positive integers")
+        self.dataset, self.chunk_length, self.stride = dataset, int(chunk_length), int(stride)
+        self.camera_keys = list(dataset.camera_keys if camera_keys is None else camera_keys)
+        self.state_key, self.action_key = state_key, action_key
+        self._check_keys()
+        self.index = self._build_index(list(episodes))
+
+    def _check_keys(self) -> None:
+        ds = self.dataset
+        if not self.camera_keys:
+            raise DataError(f"{ds.root}/meta/info.json: features", "no camera (video) features selected",
+                            f"choose camera keys from {ds.camera_keys}")
+        for key in self.camera_keys:
+            if key not in ds.camera_keys:
+                raise DataError(f"{ds.root}/meta/info.json: features[{key!r}]", "is not a video feature of "
+                                "the dataset", f"choose camera keys from {ds.camera_keys}")
+        shapes = {k: list(ds.features[k]["shape"]) for k in self.camera_keys}
+        if len({tuple(s) for s in shapes.values()}) > 1:
+            raise DataError(f"{ds.root}/meta/info.json: features", f"cameras have different shapes {shapes}",
+                            "select cameras of equal resolution or resize the videos")
+        for key in [self.action_key] + ([self.state_key] if self.state_key else []):
+            ds.feature_dim(key)  # raises DataError naming info.json if missing
+
+    def _build_index(self, episodes: list[int]) -> np.ndarray:
+        need = self.chunk_length + 1
+        pairs = [(ep, s) for ep in episodes
+                 for s in range(0, self.dataset.episode_length(ep) - need + 1, self.stride)]
+        if not pairs:
+            longest = max((self.dataset.episode_length(ep) for ep in episodes), default=0)
+            raise DataError(f"{self.dataset.root}: episodes", f"no episode has {need} frames for chunk_length="
+                            f"{self.chunk_length} (longest of {len(episodes)} selected has {longest})",
+                            f"lower data.chunk_length to at most {max(longest - 1, 0)} or add longer episodes")
+        return np.asarray(pairs, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> Window:
+        ep, start = (int(v) for v in self.index[i])
+        T = self.chunk_length
+        keys = [self.action_key] + ([self.state_key] if self.state_key else [])
+        cols = self.dataset.episode_columns(ep, keys)
+        frames = np.arange(start, start + T + 1)
+        video = np.stack([self.dataset.decode_frames(ep, cam, frames) for cam in self.camera_keys])
+        state = None
+        if self.state_key:
+            state = torch.from_numpy(_as_2d(cols[self.state_key][start:start + T + 1]).astype(np.float32))
+        action = torch.from_numpy(_as_2d(cols[self.action_key][start:start + T]).astype(np.float32))
+        return Window(video=torch.from_numpy(video), state=state, action=action,
+                      task=self.dataset.episode_task(ep), episode_index=ep, start=start)
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    """Scalar features become one channel so every vector is [rows, channels]."""
+    return x.reshape(len(x), -1)

@@ -1,0 +1,136 @@
+"""Build diffusers' Cosmos3OmniTransformer from a preset, load base weights, and split its
+parameters into the pathways that post-training treats differently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from diffusers import Cosmos3OmniTransformer
+
+from wamkit.errors import CheckpointError, ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Architecture of one model size. Real checkpoints carry their own config.json, which wins."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rope_axes_dim: tuple[int, int, int]
+
+
+PRESETS: dict[str, Preset] = {
+    # CPU-sized; rope_axes_dim must sum to head_dim / 2.
+    "tiny": Preset(2, 64, 4, 2, 16, 128, 384, (4, 2, 2)),
+    "small": Preset(4, 256, 4, 2, 64, 512, 384, (12, 10, 10)),
+    # Cosmos3-Nano (15.2 B parameters with both pathways).
+    "nano": Preset(36, 4096, 32, 8, 128, 12288, 151936, (24, 20, 20)),
+}
+UNPUBLISHED_PRESETS = ("edge", "super")
+
+# Name fragments of the generation pathway in diffusers' port (everything else is the text pathway).
+GENERATION_MARKERS = (
+    "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "mlp_moe_gen", "_moe_gen", "norm_added_",
+    "proj_in", "proj_out", "time_embedder", "action_", "k_norm_und_for_gen",
+)
+ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed")
+ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break
+
+
+def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int) -> Cosmos3OmniTransformer:
+    """A randomly initialised transformer of a preset's shape with the action pathway enabled."""
+    if preset in UNPUBLISHED_PRESETS:
+        raise ConfigError(
+            "model.preset",
+            f"{preset!r} has no built-in shape table in this version",
+            "load the real checkpoint with checkpoint.load_path (its transformer/config.json defines the shape)",
+        )
+    if preset not in PRESETS:
+        raise ConfigError("model.preset", f"unknown preset {preset!r}", f"use one of {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    return Cosmos3OmniTransformer(
+        num_hidden_layers=p.num_hidden_layers,
+        hidden_size=p.hidden_size,
+        num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_key_value_heads,
+        head_dim=p.head_dim,
+        intermediate_size=p.intermediate_size,
+        vocab_size=p.vocab_size,
+        rope_axes_dim=list(p.rope_axes_dim),
+        latent_channel=latent_channel,
+        patch_latent_dim=latent_channel * 4,
+        action_gen=True,
+        action_dim=max_action_dim,
+        num_embodiment_domains=num_domains,
+    )
+
+
+def is_generation_param(name: str) -> bool:
+    return any(marker in name for marker in GENERATION_MARKERS)
+
+
+def is_action_head_param(name: str) -> bool:
+    return any(marker in name for marker in ACTION_HEAD_MARKERS)
+
+
+def set_trainable(model: torch.nn.Module, train_text_pathway: bool) -> None:
+    """Generation pathway and action heads train; the text pathway only when asked; lm_head never."""
+    for name, param in model.named_parameters():
+        if any(marker in name for marker in ALWAYS_FROZEN):
+            param.requires_grad_(False)
+        else:
+            param.requires_grad_(train_text_pathway or is_generation_param(name))
+
+
+def count_parameters(model: torch.nn.Module) -> dict[str, int]:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    generation = sum(p.numel() for n, p in model.named_parameters() if is_generation_param(n))
+    return {"total": total, "trainable": trainable, "generation": generation}
+
+
+def load_diffusers_weights(model: torch.nn.Module, directory: Path, fresh_action_domain: int | None) -> None:
+    """Load a diffusers-format transformer directory strictly; optionally re-initialise one action
+    domain's rows (a new embodiment starts with a fresh head while everything else loads)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if (directory / "transformer").is_dir():
+        directory = directory / "transformer"
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(str(directory), "no *.safetensors files found", "point checkpoint.load_path at a diffusers transformer directory")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            str(directory),
+            f"keys do not match the model: missing {missing[:20]}{'...' if len(missing) > 20 else ''}, "
+            f"unexpected {unexpected[:20]}{'...' if len(unexpected) > 20 else ''}",
+            "check model.preset / model.max_action_dim against the checkpoint's config.json",
+        )
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise CheckpointError(str(directory), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
+    keep = {k: expected[k].clone() for k in expected if fresh_action_domain is not None and is_action_head_param(k)}
+    model.load_state_dict(state, strict=True)
+    if fresh_action_domain is not None:
+        _restore_domain_rows(model, keep, fresh_action_domain)
+
+
+def _restore_domain_rows(model: torch.nn.Module, fresh: dict[str, torch.Tensor], domain: int) -> None:
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            if key in fresh and value.ndim == 2 and value.shape[0] == model.num_embodiment_domains:
+                value[domain].copy_(fresh[key][domain])

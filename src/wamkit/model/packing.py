@@ -1,0 +1,222 @@
+"""Pack many samples into the ONE joint sequence that diffusers' Cosmos3OmniTransformer.forward takes.
+
+Layout: every sample's text tokens first (the causal "understanding" prefix), then every sample's
+generation tokens (video patches, then action rows). Each token carries its sample id, and
+`PackedAttention` masks across samples: text is causal inside its own sample; a sample's generation
+tokens see only that sample's text and generation tokens. mRoPE positions are built per sample,
+exactly as for a lone sample, so a packed forward equals per-sample forwards."""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from wamkit.model.tokenizer import TEMPORAL_FACTOR
+
+
+@dataclass
+class SequenceSample:
+    """One sample's generation inputs, already noised (clean positions hold clean values)."""
+
+    text_ids: list[int]
+    video: torch.Tensor  # [C, t, h, w] latents
+    actions: torch.Tensor | None  # [L, D] rows (optional clean state row first, then actions)
+    clean_video_frames: list[int]
+    clean_action_rows: list[int]
+    sigma: float  # noise level of this sample's noisy tokens, in [0, 1]
+    domain_id: int = 0
+    fps: float = 24.0
+    action_start_frame: int = 1  # pixel frame of the first action row (0 when a state row leads)
+
+    def noisy_video_frames(self) -> list[int]:
+        return [f for f in range(self.video.shape[1]) if f not in set(self.clean_video_frames)]
+
+    def noisy_action_rows(self) -> list[int]:
+        if self.actions is None:
+            return []
+        return [r for r in range(self.actions.shape[0]) if r not in set(self.clean_action_rows)]
+
+
+@dataclass
+class PackedBatch:
+    forward_kwargs: dict
+    und_sample_ids: torch.Tensor  # [und_len]
+    gen_sample_ids: torch.Tensor  # [sequence_length - und_len]
+    num_samples: int
+    vision_noisy_frames: list[list[int]] = field(default_factory=list)
+    action_noisy_rows: list[list[int]] = field(default_factory=list)
+
+
+def text_positions(num_tokens: int) -> torch.Tensor:
+    """Text shares one increasing id on all three mRoPE axes."""
+    return torch.arange(num_tokens, dtype=torch.float32).expand(3, -1)
+
+
+def grid_positions(
+    grid_t: int, grid_h: int, grid_w: int, temporal_offset: float, fps: float | None, base_fps: float,
+    temporal_compression: int, base_temporal_compression: int, start_frame: int = 0,
+) -> torch.Tensor:
+    """mRoPE ids of a (t, h, w) token grid; with fps modulation the temporal axis is rescaled so
+    that one second spans the same positions whatever the recording rate."""
+    frames = torch.arange(grid_t, dtype=torch.float32) + start_frame
+    if fps is not None and grid_t > 1:
+        frames = frames / (fps / temporal_compression) * (base_fps / base_temporal_compression)
+    t = (frames + temporal_offset).view(-1, 1).expand(-1, grid_h * grid_w).flatten()
+    h = torch.arange(grid_h, dtype=torch.float32).view(1, -1, 1).expand(grid_t, -1, grid_w).flatten()
+    w = torch.arange(grid_w, dtype=torch.float32).view(1, 1, -1).expand(grid_t, grid_h, -1).flatten()
+    return torch.stack([t, h, w])
+
+
+def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
+    """Build the forward kwargs of one packed sequence. `config` is the transformer's config."""
+    p = config.latent_patch_size
+    margin = config.unified_3d_mrope_temporal_modality_margin
+    fps_mod = config.enable_fps_modulation
+    base_fps = float(config.base_fps)
+    und_len = sum(len(s.text_ids) for s in samples)
+    device = samples[0].video.device
+
+    input_ids, und_ids, gen_ids = [], [], []
+    text_pos, gen_pos = [], []
+    vision_seq, vision_loss, vision_shapes, vision_noisy, vision_t = [], [], [], [], []
+    action_seq, action_loss, action_shapes, action_noisy, action_t, domains = [], [], [], [], [], []
+    cursor = und_len
+    for i, s in enumerate(samples):
+        n_text = len(s.text_ids)
+        input_ids.extend(s.text_ids)
+        und_ids.extend([i] * n_text)
+        text_pos.append(text_positions(n_text))
+        offset = n_text + margin
+        _, t, h, w = s.video.shape
+        grid = (t, math.ceil(h / p), math.ceil(w / p))
+        per_frame = grid[1] * grid[2]
+        n_vision = t * per_frame
+        vision_seq.append(torch.arange(cursor, cursor + n_vision))
+        noisy = s.noisy_video_frames()
+        vision_noisy.append(torch.tensor(noisy, dtype=torch.long))
+        vision_loss.extend(cursor + f * per_frame + k for f in noisy for k in range(per_frame))
+        vision_t.extend([s.sigma * 1000.0] * (len(noisy) * per_frame))
+        vision_shapes.append(grid)
+        gen_pos.append(grid_positions(*grid, offset, s.fps if fps_mod else None, base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR))
+        cursor += n_vision
+        n_gen = n_vision
+        if s.actions is not None:
+            n_act = s.actions.shape[0]
+            rows = s.noisy_action_rows()
+            action_seq.append(torch.arange(cursor, cursor + n_act))
+            action_loss.extend(cursor + r for r in rows)
+            action_noisy.append(torch.tensor(rows, dtype=torch.long))
+            action_t.extend([s.sigma * 1000.0] * len(rows))
+            action_shapes.append((n_act, 1, 1))
+            domains.append(torch.tensor(s.domain_id, dtype=torch.long))
+            gen_pos.append(grid_positions(n_act, 1, 1, offset, s.fps if fps_mod else None, base_fps, 1, TEMPORAL_FACTOR, s.action_start_frame))
+            cursor += n_act
+            n_gen += n_act
+        gen_ids.extend([i] * n_gen)
+
+    has_actions = bool(action_seq)
+    if has_actions and len(action_seq) != len(samples):
+        raise ValueError("either every sample in a packed batch has actions or none does")
+    long = dict(dtype=torch.long, device=device)
+    kwargs = dict(
+        input_ids=torch.tensor(input_ids, **long),
+        text_indexes=torch.arange(und_len, **long),
+        position_ids=torch.cat(text_pos + gen_pos, dim=1).to(device),
+        und_len=und_len,
+        sequence_length=cursor,
+        vision_tokens=[s.video.unsqueeze(0) for s in samples],
+        vision_token_shapes=vision_shapes,
+        vision_sequence_indexes=torch.cat(vision_seq).to(device),
+        vision_mse_loss_indexes=torch.tensor(vision_loss, **long),
+        vision_timesteps=torch.tensor(vision_t, dtype=torch.float32, device=device),
+        vision_noisy_frame_indexes=[v.to(device) for v in vision_noisy],
+    )
+    if has_actions:
+        kwargs.update(
+            action_tokens=[s.actions for s in samples],
+            action_token_shapes=action_shapes,
+            action_sequence_indexes=torch.cat(action_seq).to(device),
+            action_mse_loss_indexes=torch.tensor(action_loss, **long),
+            action_timesteps=torch.tensor(action_t, dtype=torch.float32, device=device),
+            action_noisy_frame_indexes=[a.to(device) for a in action_noisy],
+            action_domain_ids=[d.to(device) for d in domains],
+        )
+    return PackedBatch(
+        forward_kwargs=kwargs,
+        und_sample_ids=torch.tensor(und_ids, **long),
+        gen_sample_ids=torch.tensor(gen_ids, **long),
+        num_samples=len(samples),
+        vision_noisy_frames=[v.tolist() for v in vision_noisy],
+        action_noisy_rows=[a.tolist() for a in action_noisy],
+    )
+
+
+class PackedAttention:
+    """Attention processor for packed sequences: the diffusers dual-pathway computation with
+    cross-sample masks. One instance is shared by every layer; `set_layout` installs a batch."""
+
+    def __init__(self):
+        self.und_mask: torch.Tensor | None = None
+        self.gen_mask: torch.Tensor | None = None
+
+    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor) -> None:
+        same_und = und_ids[:, None] == und_ids[None, :]
+        causal = torch.ones_like(same_und).tril()
+        self.und_mask = same_und & causal
+        self.gen_mask = gen_ids[:, None] == torch.cat([und_ids, gen_ids])[None, :]
+
+    def clear(self) -> None:
+        self.und_mask = self.gen_mask = None
+
+    def __call__(self, attn, und_seq, gen_seq, rotary_emb):
+        if self.und_mask is None:
+            raise RuntimeError("PackedAttention has no layout: run the forward inside `packed_layout(...)`")
+        heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
+        q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, d))
+        k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
+        v_und = attn.to_v(und_seq).view(-1, kv_heads, d)
+        k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+        q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, d))
+        k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
+        v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
+
+        cos_und, sin_und, cos_gen, sin_gen = (r.unsqueeze(1) for r in rotary_emb)
+        q_und, k_und, k_und_for_gen = (_rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
+        q_gen, k_gen = (_rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
+
+        und_out = _masked_attention(q_und, k_und, v_und, self.und_mask)
+        gen_out = _masked_attention(q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), self.gen_mask)
+        return attn.to_out(und_out), attn.to_add_out(gen_out)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _masked_attention(q, k, v, mask) -> torch.Tensor:
+    """[N, H, D] tensors -> [N, H*D]; GQA handled by SDPA."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+        attn_mask=mask.to(q.device), enable_gqa=True,
+    )
+    return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
+
+
+def install_packed_attention(model) -> PackedAttention:
+    processor = PackedAttention()
+    model.set_attn_processor(processor)
+    return processor
+
+
+@contextmanager
+def packed_layout(processor: PackedAttention, batch: PackedBatch):
+    processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids)
+    try:
+        yield
+    finally:
+        processor.clear()

@@ -1,0 +1,153 @@
+"""Video and text tokenizers. Both video tokenizers honour one shape contract: T+1 frames become
+1 + T/4 latent frames (the first frame alone, then groups of four), so the sequence builder never
+needs to know which one is in use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from wamkit.errors import ConfigError, DataError
+
+TEMPORAL_FACTOR = 4
+
+
+class VideoTokenizer(Protocol):
+    latent_channels: int
+    spatial_factor: int
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor: ...  # uint8 [B,T+1,H,W,3] -> [B,C,t,h,w]
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor: ...  # [B,C,t,h,w] -> uint8 [B,T+1,H,W,3]
+
+
+def latent_frames(num_frames: int) -> int:
+    if (num_frames - 1) % TEMPORAL_FACTOR:
+        raise DataError("video", f"{num_frames} frames is not 1 + 4k", "use chunk_length divisible by 4 (T+1 frames)")
+    return 1 + (num_frames - 1) // TEMPORAL_FACTOR
+
+
+def _to_unit_range(video: torch.Tensor) -> torch.Tensor:
+    """uint8 [B,T,H,W,3] -> float [B,3,T,H,W] in [-1, 1]."""
+    return video.permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
+
+
+def _from_unit_range(video: torch.Tensor) -> torch.Tensor:
+    return video.clamp(-1, 1).add(1.0).mul(127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1)
+
+
+class PixelTokenizer:
+    """Parameter-free tokenizer for the tiny preset: area-downsample space by `spatial_factor`, stack
+    each group of four frames into channels (the first frame is repeated to fill its group)."""
+
+    def __init__(self, spatial_factor: int = 16):
+        self.spatial_factor = spatial_factor
+        self.latent_channels = 3 * TEMPORAL_FACTOR
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        b, n, h, w, _ = video.shape
+        _check_divisible(h, w, self.spatial_factor)
+        t = latent_frames(n)
+        x = _to_unit_range(video)  # [B,3,N,H,W]
+        x = F.avg_pool3d(x, kernel_size=(1, self.spatial_factor, self.spatial_factor))
+        first = x[:, :, :1].expand(-1, -1, TEMPORAL_FACTOR, -1, -1)
+        x = torch.cat([first, x[:, :, 1:]], dim=2)  # [B,3,4t,h,w]
+        x = x.reshape(b, 3, t, TEMPORAL_FACTOR, *x.shape[-2:])
+        return x.permute(0, 3, 1, 2, 4, 5).reshape(b, self.latent_channels, t, *x.shape[-2:])
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        b, _, t, h, w = latents.shape
+        x = latents.reshape(b, TEMPORAL_FACTOR, 3, t, h, w).permute(0, 2, 3, 1, 4, 5)
+        x = x.reshape(b, 3, t * TEMPORAL_FACTOR, h, w)[:, :, TEMPORAL_FACTOR - 1 :]
+        x = F.interpolate(x, scale_factor=(1, self.spatial_factor, self.spatial_factor), mode="nearest")
+        return _from_unit_range(x)
+
+
+class WanTokenizer:
+    """The Wan2.2 VAE through diffusers' AutoencoderKLWan (z 48, 16x spatial, 4x temporal); latents
+    are normalised with the VAE's own latents_mean / latents_std."""
+
+    def __init__(self, vae):
+        self.vae = vae.eval().requires_grad_(False)
+        cfg = vae.config
+        self.latent_channels = int(cfg.z_dim)
+        self.spatial_factor = int(cfg.scale_factor_spatial)
+        self.mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1)
+        self.std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "WanTokenizer":
+        from diffusers import AutoencoderKLWan
+
+        path = Path(path)
+        if (path / "vae").is_dir():
+            path = path / "vae"
+        if not (path / "config.json").is_file():
+            raise ConfigError("model.vae_path", f"{path} has no config.json", "point it at a diffusers AutoencoderKLWan directory")
+        return cls(AutoencoderKLWan.from_pretrained(str(path), torch_dtype=dtype))
+
+    @torch.no_grad()
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        _check_divisible(video.shape[2], video.shape[3], self.spatial_factor)
+        latent_frames(video.shape[1])
+        param = next(self.vae.parameters())
+        x = _to_unit_range(video).to(device=param.device, dtype=param.dtype)
+        z = self.vae.encode(x).latent_dist.mode().float()
+        return (z - self.mean.to(z.device)) / self.std.to(z.device)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        param = next(self.vae.parameters())
+        z = latents * self.std.to(latents.device) + self.mean.to(latents.device)
+        x = self.vae.decode(z.to(device=param.device, dtype=param.dtype)).sample.float()
+        return _from_unit_range(x)
+
+
+def _check_divisible(h: int, w: int, factor: int) -> None:
+    if h % factor or w % factor:
+        raise DataError("video", f"frame size {h}x{w} is not divisible by the tokenizer's spatial factor {factor}", "resize or pad the camera frames (data layer canvas)")
+
+
+def build_video_tokenizer(kind: str, vae_path: str = "", pixel_spatial_factor: int = 16) -> VideoTokenizer:
+    if kind == "pixel":
+        return PixelTokenizer(pixel_spatial_factor)
+    if kind == "wan2.2":
+        return WanTokenizer.from_pretrained(vae_path)
+    raise ConfigError("model.tokenizer", f"unknown tokenizer {kind!r}", "use 'pixel' or 'wan2.2'")
+
+
+class ByteTokenizer:
+    """Text tokenizer for the tiny preset: UTF-8 bytes offset by three special ids."""
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+    vocab_size = 259
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+
+    def encode(self, text: str) -> list[int]:
+        ids = [self.bos_id] + [b + 3 for b in text.encode("utf-8")][: self.max_tokens - 2] + [self.eos_id]
+        return ids
+
+
+class PretrainedTextTokenizer:
+    """The tokenizer files shipped in a real checkpoint directory (needs `transformers`)."""
+
+    def __init__(self, path: str, max_tokens: int):
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise ConfigError("model.text_tokenizer_path", "needs the `transformers` package", "pip install transformers") from exc
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.max_tokens = max_tokens
+        self.vocab_size = len(self.tok)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text, truncation=True, max_length=self.max_tokens)["input_ids"]
+
+
+def build_text_tokenizer(path: str, max_tokens: int):
+    return PretrainedTextTokenizer(path, max_tokens) if path else ByteTokenizer(max_tokens)
