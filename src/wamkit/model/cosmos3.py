@@ -55,7 +55,7 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
     if preset not in PRESETS:
         raise ConfigError("model.preset", f"unknown preset {preset!r}", f"use one of {sorted(PRESETS)}")
     p = PRESETS[preset]
-    return Cosmos3OmniTransformer(
+    model = Cosmos3OmniTransformer(
         num_hidden_layers=p.num_hidden_layers,
         hidden_size=p.hidden_size,
         num_attention_heads=p.num_attention_heads,
@@ -70,6 +70,10 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
         action_dim=max_action_dim,
         num_embodiment_domains=num_domains,
     )
+    if not any(t.is_meta for t in model.parameters()):
+        for domain in range(num_domains):
+            init_action_domain(model, domain)
+    return model
 
 
 def is_generation_param(name: str) -> bool:
@@ -123,14 +127,18 @@ def load_diffusers_weights(model: torch.nn.Module, directory: Path, fresh_action
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
             raise CheckpointError(str(directory), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
-    keep = {k: expected[k].clone() for k in expected if fresh_action_domain is not None and is_action_head_param(k)}
     model.load_state_dict(state, strict=True)
     if fresh_action_domain is not None:
-        _restore_domain_rows(model, keep, fresh_action_domain)
+        init_action_domain(model, fresh_action_domain)
 
 
-def _restore_domain_rows(model: torch.nn.Module, fresh: dict[str, torch.Tensor], domain: int) -> None:
-    with torch.no_grad():
-        for key, value in model.state_dict().items():
-            if key in fresh and value.ndim == 2 and value.shape[0] == model.num_embodiment_domains:
-                value[domain].copy_(fresh[key][domain])
+@torch.no_grad()
+def init_action_domain(model: torch.nn.Module, domain: int) -> None:
+    """Give one embodiment domain fresh action-head rows with nn.Linear's fan-in scale.
+
+    diffusers stores each domain's matrix in an nn.Embedding, whose default init is N(0, 1): at
+    hidden 4096 that makes a fresh head's outputs ~64x too large and the first steps diverge."""
+    for head in (model.action_proj_in, model.action_proj_out):
+        bound = 1.0 / head.input_size**0.5
+        head.fc.weight[domain].uniform_(-bound, bound)
+        head.bias.weight[domain].zero_()

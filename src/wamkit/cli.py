@@ -1,0 +1,65 @@
+"""`wamkit` command line: train | data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from wamkit.errors import WamkitError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wamkit", description="Post-train Cosmos3 into robot policies and world models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train (or resume, by job.name) from a TOML recipe")
+    train.add_argument("recipe")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key, e.g. --set trainer.max_iter=100")
+    train.add_argument("--dry-run", action="store_true", help="print the resolved config and implied shapes; do not train")
+    train.add_argument("--device", default="cpu")
+
+    data = sub.add_parser("data", help="dataset tools")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    demo = data_sub.add_parser("demo", help="write the embedded demo dataset (LeRobot v3.0) to OUT_DIR")
+    demo.add_argument("out_dir")
+    demo.add_argument("--episodes", type=int, default=32)
+
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except WamkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
+    if args.command == "train":
+        return _train(args)
+    if args.command == "data" and args.data_command == "demo":
+        from wamkit.data import write_demo_dataset
+
+        path = write_demo_dataset(args.out_dir, num_episodes=args.episodes)
+        print(f"wrote LeRobot v3.0 demo dataset to {path}")
+        return 0
+    raise AssertionError(args)
+
+
+def _train(args) -> int:
+    from wamkit.config import load_experiment
+
+    cfg = load_experiment(args.recipe, args.overrides)
+    if args.dry_run:
+        from wamkit.train.dry_run import describe
+
+        print(describe(cfg))
+        return 0
+    from wamkit.train.trainer import Trainer
+
+    summary = Trainer(cfg, device=args.device).train()
+    print("[wamkit] done: " + json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Rectified flow, as the reference trains Cosmos3: x_s = s*eps + (1-s)*x0, velocity target
+v = eps - x0, one noise level s per sample shared by all its noisy tokens; clean tokens keep x0."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def shift_sigma(sigma: torch.Tensor, shift: float) -> torch.Tensor:
+    """Push noise levels towards 1 for larger shift: s' = k s / (1 + (k - 1) s)."""
+    return shift * sigma / (1.0 + (shift - 1.0) * sigma)
+
+
+def resolution_shift(height: int, width: int, base_shift: float, base_resolution: int) -> float:
+    """More pixels carry more redundant signal, so training needs noisier samples to stay hard."""
+    return base_shift * math.sqrt(height * width / float(base_resolution**2))
+
+
+def sample_sigmas(n: int, generator: torch.Generator, shift: float, logit_mean: float = 0.0, logit_std: float = 1.0) -> torch.Tensor:
+    """Logit-normal noise levels, then shifted."""
+    sigma = torch.sigmoid(torch.randn(n, generator=generator) * logit_std + logit_mean)
+    return shift_sigma(sigma, shift)
+
+
+def add_noise(x0: torch.Tensor, sigma: float, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (x_sigma, velocity target)."""
+    return sigma * noise + (1.0 - sigma) * x0, noise - x0

@@ -1,0 +1,43 @@
+"""Metrics sinks: one JSON object per logged step in metrics.jsonl, mirrored to TensorBoard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, resume_step: int):
+        self.path = run_dir / "metrics.jsonl"
+        _truncate_after(self.path, resume_step)  # a killed run may have logged past its last checkpoint
+        self.file = open(self.path, "a")
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        except ImportError:  # tensorboard is a declared dependency; keep metrics.jsonl regardless
+            self.tb = None
+
+    def log(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self.tb.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

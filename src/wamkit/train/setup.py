@@ -1,0 +1,99 @@
+"""Turn a validated config into the objects a run needs: datasets, normalizers, the data contract,
+the model and tokenizers. Shared by training, dry runs and (later) export and serving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
+from wamkit.errors import ConfigError, DataError
+from wamkit.model.cosmos3 import build_transformer, load_diffusers_weights, set_trainable
+from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
+
+
+@dataclass
+class RunData:
+    dataset: LeRobotV3Dataset
+    train_windows: WindowDataset
+    val_windows: WindowDataset | None
+    transform: SampleTransform
+    contract: dict
+
+
+def open_dataset(cfg) -> LeRobotV3Dataset:
+    root = cfg.data.resolved_path()
+    if not (root / "meta" / "info.json").exists() and cfg.data.generate_demo:
+        write_demo_dataset(root)
+    dataset = LeRobotV3Dataset(root)
+    if cfg.data.fps and abs(cfg.data.fps - dataset.fps) > 1e-6:
+        raise DataError(f"{root}/meta/info.json", f"fps is {dataset.fps} but the recipe says data.fps = {cfg.data.fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")
+    return dataset
+
+
+def build_run_data(cfg) -> RunData:
+    dataset = open_dataset(cfg)
+    if dataset.stats is None:
+        raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
+    train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
+    cameras = cfg.data.camera_keys or None
+    state_key = cfg.data.state_key if cfg.data.use_state else None
+
+    def windows(episodes):
+        return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key)
+
+    source = f"{dataset.root}/meta/stats.json"
+    action_norm = Normalizer.from_stats(dataset.stats, cfg.data.action_key, cfg.data.normalization, source)
+    state_norm = None
+    if cfg.data.use_state:
+        mode = cfg.data.state_normalization or cfg.data.normalization
+        state_norm = Normalizer.from_stats(dataset.stats, cfg.data.state_key, mode, source)
+    transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id)
+    contract = {
+        "dataset": str(dataset.root),
+        "fps": dataset.fps,
+        "chunk_length": cfg.data.chunk_length,
+        "camera_keys": cameras or dataset.camera_keys,
+        "action_key": cfg.data.action_key,
+        "action_dim": dataset.feature_dim(cfg.data.action_key),
+        "state_key": state_key,
+        "state_dim": dataset.feature_dim(state_key) if state_key else 0,
+        "max_action_dim": cfg.model.max_action_dim,
+        "use_state": cfg.data.use_state,
+        "domain_name": cfg.data.domain_name,
+        "domain_id": cfg.data.domain_id,
+        "prompt_template": cfg.data.prompt_template,
+        "action_normalizer": action_norm.state_dict(),
+        "state_normalizer": state_norm.state_dict() if state_norm else None,
+        "train_episodes": train_eps,
+        "val_episodes": val_eps,
+    }
+    return RunData(dataset, windows(train_eps), windows(val_eps) if val_eps else None, transform, contract)
+
+
+def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):
+    with torch.device("meta" if meta else device):
+        model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains)
+    set_trainable(model, cfg.model.train_text_pathway)
+    return model
+
+
+def load_base_weights(model, cfg) -> None:
+    """A fresh run starts from checkpoint.load_path; this run's domain gets a fresh action head."""
+    path = Path(cfg.checkpoint.load_path).expanduser()
+    if not path.exists():
+        raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
+    load_diffusers_weights(model, path, fresh_action_domain=cfg.data.domain_id)
+
+
+def build_tokenizers(cfg):
+    video = build_video_tokenizer(cfg.model.tokenizer, cfg.model.vae_path, cfg.model.pixel_spatial_factor)
+    text = build_text_tokenizer(cfg.model.text_tokenizer_path, cfg.model.max_text_tokens)
+    return video, text
+
+
+def check_vocab(model, text_tokenizer) -> None:
+    if text_tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError("model.text_tokenizer_path", f"tokenizer has {text_tokenizer.vocab_size} ids but the model embeds {model.config.vocab_size}", "use the tokenizer shipped with the checkpoint")

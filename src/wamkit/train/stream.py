@@ -1,0 +1,56 @@
+"""The order in which training windows are seen, derived from one number: how many samples have
+been consumed. Epoch e is a seeded permutation of all windows, so resuming at `consumed` replays
+nothing and skips nothing, whatever the worker count."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+class SampleOrder:
+    def __init__(self, num_windows: int, seed: int):
+        self.num_windows, self.seed = num_windows, seed
+        self._cache: dict[int, list[int]] = {}
+
+    def epoch(self, e: int) -> list[int]:
+        if e not in self._cache:
+            gen = torch.Generator().manual_seed(self.seed * 100_003 + e)
+            self._cache = {e: torch.randperm(self.num_windows, generator=gen).tolist()}
+        return self._cache[e]
+
+    def index(self, position: int) -> int:
+        e, offset = divmod(position, self.num_windows)
+        return self.epoch(e)[offset]
+
+
+class _FromPosition(Sampler[int]):
+    def __init__(self, order: SampleOrder, start: int):
+        self.order, self.start = order, start
+
+    def __iter__(self):
+        position = self.start
+        while True:
+            yield self.order.index(position)
+            position += 1
+
+
+class _Transformed(Dataset):
+    def __init__(self, windows: Dataset, transform):
+        self.windows, self.transform = windows, transform
+
+    def __len__(self):
+        return len(self.windows)
+
+    def __getitem__(self, i):
+        return self.transform(self.windows[i])
+
+
+def batch_stream(windows: Dataset, transform, order: SampleOrder, start: int, batch_size: int, num_workers: int):
+    """Infinite iterator of lists of TrainingSamples, beginning at sample position `start`."""
+    loader = DataLoader(
+        _Transformed(windows, transform), batch_size=batch_size, sampler=_FromPosition(order, start),
+        num_workers=num_workers, collate_fn=list, persistent_workers=num_workers > 0,
+        prefetch_factor=2 if num_workers > 0 else None,
+    )
+    return iter(loader)

@@ -1,0 +1,78 @@
+"""SampleTransform: normalization, padding, masks, camera tiling, dimension errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wamkit.data import Normalizer, SampleTransform, Window, WindowDataset
+from wamkit.errors import DataError
+
+T = 6
+
+
+@pytest.fixture(scope="module")
+def window(demo_ds):
+    return WindowDataset(demo_ds, [4], chunk_length=T)[10]
+
+
+@pytest.fixture(scope="module")
+def norms(demo_ds):
+    return (Normalizer.from_stats(demo_ds.stats, "action", "quantile"),
+            Normalizer.from_stats(demo_ds.stats, "observation.state", "minmax"))
+
+
+def test_sample_normalized_padded_masked(window, norms):
+    act_norm, state_norm = norms
+    sample = SampleTransform(act_norm, state_norm, max_action_dim=8, use_state=True, domain_id=3)(window)
+    assert sample.video.shape == (T + 1, 64, 64, 3) and sample.video.dtype == torch.uint8
+    assert torch.equal(sample.video, window.video[0])
+    assert sample.actions.shape == (T, 8) and sample.actions.dtype == torch.float32
+    torch.testing.assert_close(sample.actions[:, :3], act_norm.normalize(window.action))
+    assert torch.all(sample.actions[:, 3:] == 0)
+    assert sample.actions[:, :3].abs().max() <= 1.0
+    assert sample.action_mask.tolist() == [True] * 3 + [False] * 5
+    assert sample.state.shape == (8,)
+    torch.testing.assert_close(sample.state[:4], state_norm.normalize(window.state[0]))
+    assert torch.all(sample.state[4:] == 0)
+    assert sample.task == window.task and sample.domain_id == 3
+
+
+def test_without_state(window, norms):
+    sample = SampleTransform(norms[0], None, max_action_dim=3, use_state=False, domain_id=0)(window)
+    assert sample.state is None and sample.action_mask.all()
+
+
+def test_cameras_tiled_side_by_side(window, norms):
+    left = window.video[0]
+    right = 255 - left
+    two = Window(torch.stack([left, right]), window.state, window.action, window.task, 4, 10)
+    sample = SampleTransform(norms[0], None, 8, use_state=False, domain_id=0)(two)
+    assert sample.video.shape == (T + 1, 64, 128, 3)
+    assert torch.equal(sample.video[:, :, :64], left) and torch.equal(sample.video[:, :, 64:], right)
+
+
+def test_action_dim_too_large(norms):
+    with pytest.raises(DataError, match=r"model.max_action_dim.*is 2.*'action' has 3 channels") as err:
+        SampleTransform(norms[0], None, max_action_dim=2, use_state=False, domain_id=0)
+    assert "at least 3" in err.value.fix
+
+
+def test_state_dim_too_large(norms):
+    with pytest.raises(DataError, match=r"model.max_action_dim.*'observation.state' has 4 channels"):
+        SampleTransform(norms[0], norms[1], max_action_dim=3, use_state=True, domain_id=0)
+
+
+def test_dim_checked_on_data_for_mode_none(window):
+    """Mode 'none' has no stats width, so the check happens on the window itself."""
+    transform = SampleTransform(Normalizer.from_stats(None, "action", "none"), None, 2, False, 0)
+    with pytest.raises(DataError, match="model.max_action_dim"):
+        transform(window)
+
+
+def test_use_state_without_state(window, norms):
+    with pytest.raises(DataError, match="data.use_state"):
+        SampleTransform(norms[0], None, 8, use_state=True, domain_id=0)
+    stateless = Window(window.video, None, window.action, window.task, 4, 10)
+    with pytest.raises(DataError, match="data.use_state.*has no state"):
+        SampleTransform(norms[0], norms[1], 8, use_state=True, domain_id=0)(stateless)
