@@ -72,3 +72,17 @@ def test_bad_keys_and_episodes(demo_ds):
         WindowDataset(demo_ds, [0, 99], T)
     with pytest.raises(DataError, match="chunk_length=0"):
         WindowDataset(demo_ds, [0], 0)
+
+
+def _keep(batch):
+    return batch
+
+
+def test_dataloader_workers_decode_like_main_process(demo_ds):
+    """Forked workers must not reuse the parent's open video containers (the cache resets per pid)."""
+    windows = WindowDataset(demo_ds, [3, 4], chunk_length=T, stride=7)
+    expected = [windows[i] for i in range(len(windows))]  # fills the parent's container cache first
+    loader = torch.utils.data.DataLoader(windows, batch_size=2, num_workers=2, collate_fn=_keep)
+    got = [w for batch in loader for w in batch]
+    assert [(w.episode_index, w.start) for w in got] == [(w.episode_index, w.start) for w in expected]
+    assert all(torch.equal(a.video, b.video) and torch.equal(a.action, b.action) for a, b in zip(got, expected))

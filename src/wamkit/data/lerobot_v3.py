@@ -159,7 +159,7 @@ class LeRobotV3Dataset:
         self.tasks = load_tasks(self.root)
         self._episodes = load_episodes(self.root, self.camera_keys)
         self.episode_indices = sorted(self._episodes)
-        self._files: OrderedDict[Path, dict[str, np.ndarray]] = OrderedDict()
+        self._files: OrderedDict[Path, dict[str, Any]] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
         """Drop the column cache when pickled into DataLoader workers (each worker refills its own)."""
@@ -200,20 +200,35 @@ class LeRobotV3Dataset:
         rel = self.info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
         return self.root / rel
 
-    def _file_columns(self, path: Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """Whole-file numpy columns, cached per data file (LRU) so consecutive windows reuse them."""
+    def _file_columns(self, path: Path, keys: Sequence[str]) -> dict[str, Any]:
+        """Whole-file numpy columns and per-episode row indices, cached per data file (LRU)."""
         cached = self._files.get(path)
-        if cached is None or any(k not in cached for k in keys):
+        if cached is None or any(k not in cached["cols"] for k in keys):
             table = read_parquet(path)
-            cached = cached or {}
+            cached = cached or {"cols": {}, "rows": {}}
             for key in ("episode_index", "frame_index", *keys):
-                if key not in cached:
-                    cached[key] = column_to_numpy(table, key, str(path))
+                if key not in cached["cols"]:
+                    cached["cols"][key] = column_to_numpy(table, key, str(path))
             self._files[path] = cached
         self._files.move_to_end(path)
         while len(self._files) > _MAX_CACHED_FILES:
             self._files.popitem(last=False)
         return cached
+
+    def _episode_rows(self, path: Path, cached: dict[str, Any], ep: int) -> np.ndarray:
+        """Row numbers of episode `ep` in its data file, ordered by frame_index and checked against its length."""
+        if ep in cached["rows"]:
+            return cached["rows"][ep]
+        cols = cached["cols"]
+        rows = np.flatnonzero(cols["episode_index"] == ep)
+        rows = rows[np.argsort(cols["frame_index"][rows], kind="stable")]
+        length = self.episode_length(ep)
+        if len(rows) != length or not np.array_equal(cols["frame_index"][rows], np.arange(length)):
+            raise DataError(f"{path}: episode {ep}", f"has {len(rows)} rows (frame_index "
+                            f"{cols['frame_index'][rows][:3].tolist()}...) but meta/episodes length is {length}",
+                            "re-export the dataset; data parquet and meta/episodes disagree")
+        cached["rows"][ep] = rows
+        return rows
 
     def episode_columns(self, ep: int, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """All rows of episode `ep` for `keys`, ordered by frame_index; shape [L] or [L, D]."""
@@ -222,17 +237,11 @@ class LeRobotV3Dataset:
                 raise DataError(f"features[{key!r}]", "is a video feature, not a parquet column",
                                 "use decode_frames for cameras")
         path = self._data_path(ep)
-        cols = self._file_columns(path, keys)
-        rows = np.flatnonzero(cols["episode_index"] == ep)
-        rows = rows[np.argsort(cols["frame_index"][rows], kind="stable")]
-        length = self.episode_length(ep)
-        if len(rows) != length or not np.array_equal(cols["frame_index"][rows], np.arange(length)):
-            raise DataError(f"{path}: episode {ep}", f"has {len(rows)} rows (frame_index "
-                            f"{cols['frame_index'][rows][:3].tolist()}...) but meta/episodes length is {length}",
-                            "re-export the dataset; data parquet and meta/episodes disagree")
+        cached = self._file_columns(path, keys)
+        rows = self._episode_rows(path, cached, ep)
         out = {}
         for key in keys:
-            values = cols[key][rows]
+            values = cached["cols"][key][rows]
             self._check_width(key, values, path)
             out[key] = values
         return out

@@ -19,15 +19,21 @@ from wamkit.errors import DataError
 
 _MAX_OPEN = 8
 _cache: OrderedDict[Path, av.container.InputContainer] = OrderedDict()
-_cache_pid = os.getpid()
+_inherited: list[av.container.InputContainer] = []
+
+
+def _forget_inherited() -> None:
+    """In a forked child (DataLoader worker) the parent's decoders are unusable, and freeing them can
+    crash (their codec threads did not survive the fork): park them, never touch them, open fresh ones."""
+    _inherited.extend(_cache.values())
+    _cache.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def _container(path: Path) -> av.container.InputContainer:
-    """Open `path` or reuse its container; the cache is reset in forked workers (handles are not fork-safe)."""
-    global _cache_pid
-    if _cache_pid != os.getpid():
-        _cache.clear()
-        _cache_pid = os.getpid()
+    """Open `path` or reuse its open container (decoder reuse across windows of the same file)."""
     if path in _cache:
         _cache.move_to_end(path)
         return _cache[path]
@@ -60,7 +66,9 @@ def decode_at_times(path: Path, times: np.ndarray, fps: float) -> np.ndarray:
         raise DataError(str(path), "no frame times requested", "request at least one frame")
     container = _container(path)
     try:
-        best_time, frames = _scan(container, times, 0.5 / fps)
+        best_time, frames, first = _scan(container, times, 0.5 / fps, float(times.min()))
+        if first > times.min() + 0.5 / fps:  # the demuxer seeked past the target: scan from the start
+            best_time, frames, first = _scan(container, times, 0.5 / fps, 0.0)
     except av.FFmpegError as exc:
         _cache.pop(path, None)
         container.close()
@@ -75,18 +83,22 @@ def decode_at_times(path: Path, times: np.ndarray, fps: float) -> np.ndarray:
     return np.stack(frames)
 
 
-def _scan(container: av.container.InputContainer, times: np.ndarray, half: float):
-    """Seek before min(times) and decode forward, keeping the nearest frame per target."""
+def _scan(container: av.container.InputContainer, times: np.ndarray, half: float, seek_time: float):
+    """Seek to the keyframe before seek_time, decode forward, keep the nearest frame per target.
+
+    Returns (time of chosen frame per target, frames, time of the first decoded frame)."""
     stream = container.streams.video[0]
-    t_lo, t_hi = float(times.min()), float(times.max())
-    seek_pts = int(max(t_lo - half, 0.0) / float(stream.time_base))
-    container.seek(seek_pts, stream=stream, backward=True, any_frame=False)
+    container.seek(int(max(seek_time - half, 0.0) / float(stream.time_base)), stream=stream, backward=True,
+                   any_frame=False)
+    t_hi = float(times.max())
     best_time = np.full(times.shape, np.inf)
     frames: list[np.ndarray | None] = [None] * len(times)
+    first = np.inf
     for frame in container.decode(stream):
         if frame.pts is None:
             continue
         t = float(frame.pts * stream.time_base)
+        first = min(first, t)
         closer = np.flatnonzero(np.abs(t - times) < np.abs(best_time - times))
         if closer.size:
             rgb = frame.to_ndarray(format="rgb24")
@@ -94,6 +106,6 @@ def _scan(container: av.container.InputContainer, times: np.ndarray, half: float
                 best_time[i], frames[i] = t, rgb
         if t > t_hi + half:
             break
-    if any(f is None for f in frames):
-        return best_time, [np.zeros((1, 1, 3), np.uint8)] * len(times)  # caller reports the missing time
-    return best_time, frames
+    if any(f is None for f in frames):  # nothing decoded for some target; the caller reports it
+        frames = [np.zeros((1, 1, 3), np.uint8)] * len(times)
+    return best_time, frames, first

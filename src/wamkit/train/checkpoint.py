@@ -14,6 +14,7 @@ from pathlib import Path
 import torch.distributed.checkpoint as dcp
 
 from wamkit.errors import CheckpointError
+from wamkit.train.faults import KILL_DURING_SAVE, maybe_kill
 
 LATEST = "latest"
 COMPLETE_MARKER = "wamkit_complete.json"
@@ -31,6 +32,7 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
     dcp.save(state, checkpoint_id=str(tmp))
     (tmp / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
     _fsync_dir(tmp)
+    maybe_kill(KILL_DURING_SAVE, step)
     if final.exists():  # re-saving the same step (e.g. after a crash right before `latest` moved)
         shutil.rmtree(final)
     os.rename(tmp, final)

@@ -12,16 +12,24 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-from wamkit.config import format_config
+from wamkit.config import config_to_dict, format_config
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
+from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
+
+
+# Knobs that may change when a run name is relaunched: how long, how often, how loud.
+RESUMABLE_KNOBS = {
+    "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
+    "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+}
 
 
 def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -86,10 +94,19 @@ class Trainer:
         return f"resumed {latest} at step {self.step}"
 
     def _check_same_recipe(self, latest: Path) -> None:
-        saved = self.run_dir / "config.toml"
-        if saved.exists() and saved.read_text() != format_config(self.cfg):
+        """Resuming under a changed recipe would silently mix two experiments; only run-length and
+        logging knobs may change between launches of one run name."""
+        saved = self.run_dir / "resolved_config.json"
+        if not saved.exists():
+            return
+        before, now = json.loads(saved.read_text()), config_to_dict(self.cfg)
+        changed = [
+            f"{section}.{key}" for section, values in now.items() for key, value in values.items()
+            if f"{section}.{key}" not in RESUMABLE_KNOBS and before.get(section, {}).get(key) != value
+        ]
+        if changed:
             raise CheckpointError(
-                str(saved), f"run '{self.cfg.job.name}' exists with a different recipe; resuming it with this one would mix runs",
+                str(saved), f"run '{self.cfg.job.name}' was started with a different recipe (changed: {', '.join(changed)})",
                 "use a new job.name for a new experiment, or restore the recipe/overrides it was started with",
             )
 
@@ -104,6 +121,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         how = self.resume_or_init()
         (self.run_dir / "config.toml").write_text(format_config(self.cfg))
+        (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
         (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
         print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}", flush=True)
         if self.step >= cfg.max_iter:
@@ -125,6 +143,7 @@ class Trainer:
                     logger.log({"step": self.step, "val_loss": self.validate()})
                 if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
                     self.save()
+                    maybe_kill(KILL_AFTER_SAVE, self.step)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}")
         finally:
