@@ -1,0 +1,54 @@
+import pytest
+
+from conftest import DEMO_RECIPE, run_cli
+from wamkit.config import load_experiment
+from wamkit.errors import ConfigError
+
+
+def test_overrides_are_typed_and_applied_in_order():
+    cfg = load_experiment(DEMO_RECIPE, ["trainer.max_iter=7", "scheduler.warm_up_steps=[3]", "trainer.max_iter=9", "job.name=abc"])
+    assert cfg.trainer.max_iter == 9
+    assert cfg.scheduler.warm_up_steps == [3]
+    assert cfg.job.name == "abc"
+
+
+def test_unknown_key_names_the_nearest_valid_key():
+    with pytest.raises(ConfigError) as err:
+        load_experiment(DEMO_RECIPE, ["trainer.max_iters=5"])
+    assert "trainer.max_iters" in str(err.value) and "did you mean trainer.max_iter" in str(err.value)
+
+
+def test_unknown_key_in_recipe_file_is_rejected(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[optimizer]\nlearning_rate = 0.1\n[data]\npath = "x"\n')
+    with pytest.raises(ConfigError, match="optimizer.learning_rate.*unknown key"):
+        load_experiment(recipe)
+
+
+def test_wrong_type_and_bad_values_are_rejected():
+    with pytest.raises(ConfigError, match="expected an integer"):
+        load_experiment(DEMO_RECIPE, ["trainer.max_iter=many"])
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        load_experiment(DEMO_RECIPE, ["data.chunk_length=10"])
+    with pytest.raises(ConfigError, match="data.normalization"):
+        load_experiment(DEMO_RECIPE, ["data.normalization=zscore"])
+
+
+def test_cli_reports_config_errors_without_traceback():
+    proc = run_cli(["train", str(DEMO_RECIPE), "--set", "model.presett=tiny", "--dry-run"], check=False)
+    assert proc.returncode == 2
+    assert "did you mean model.preset" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dry_run_prints_resolved_config_and_token_counts(demo_root):
+    proc = run_cli(["train", str(DEMO_RECIPE), "--dry-run", "--set", f'data.path="{demo_root}"'])
+    assert "[trainer]" in proc.stdout and "max_iter = 400" in proc.stdout
+    assert "video 48 (3 latent frames x 16 patches) + action 9 (8 actions + 1 state row)" in proc.stdout
+    assert "parameters: total" in proc.stdout
+
+
+def test_dry_run_of_nano_preset_counts_real_parameters_without_memory(demo_root):
+    proc = run_cli(["train", str(DEMO_RECIPE), "--dry-run", "--set", f'data.path="{demo_root}"', "--set", "model.preset=nano", "--set", "model.max_action_dim=36"])
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("parameters:"))
+    total = int(line.split("total ")[1].split()[0].replace(",", ""))
+    assert 15.0e9 < total < 15.6e9  # Cosmos3-Nano: 15.2 B with both pathways

@@ -1,0 +1,78 @@
+import pytest
+import torch
+
+from wamkit.errors import CheckpointError, ConfigError
+from wamkit.model.cosmos3 import build_transformer, is_generation_param, load_diffusers_weights, set_trainable
+from wamkit.model.tokenizer import ByteTokenizer, PixelTokenizer
+
+
+def _tiny(domains=4):
+    torch.manual_seed(0)
+    return build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=domains)
+
+
+def test_text_pathway_and_lm_head_frozen_generation_trainable():
+    model = _tiny()
+    set_trainable(model, train_text_pathway=False)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "layers.0.self_attn.add_q_proj.weight" in trainable
+    assert "layers.0.mlp_moe_gen.up_proj.weight" in trainable
+    assert "action_proj_in.fc.weight" in trainable and "action_modality_embed" in trainable
+    assert "layers.0.self_attn.to_q.weight" not in trainable
+    assert "layers.0.mlp.up_proj.weight" not in trainable
+    assert "lm_head.weight" not in trainable and "embed_tokens.weight" not in trainable
+    set_trainable(model, train_text_pathway=True)
+    assert not model.lm_head.weight.requires_grad and model.layers[0].self_attn.to_q.weight.requires_grad
+
+
+def test_action_heads_start_at_fan_in_scale():
+    model = _tiny()
+    w = model.action_proj_out.fc.weight.view(4, 64, 8)
+    assert w.abs().max() <= 1 / 64**0.5 + 1e-6
+    assert torch.count_nonzero(model.action_proj_out.bias.weight) == 0
+
+
+def test_load_diffusers_dir_strict_and_fresh_domain(tmp_path):
+    source = _tiny()
+    source.save_pretrained(tmp_path / "base" / "transformer")
+    target = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
+    load_diffusers_weights(target, tmp_path / "base", fresh_action_domain=2)
+    torch.testing.assert_close(target.layers[1].self_attn.add_k_proj.weight, source.layers[1].self_attn.add_k_proj.weight)
+    fc_t, fc_s = target.action_proj_in.fc.weight, source.action_proj_in.fc.weight
+    torch.testing.assert_close(fc_t[0], fc_s[0])
+    assert not torch.equal(fc_t[2], fc_s[2])  # the new domain is re-initialised
+
+
+def test_load_diffusers_dir_lists_mismatched_keys(tmp_path):
+    build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4).save_pretrained(tmp_path / "t")
+    bigger = build_transformer("small", latent_channel=12, max_action_dim=8, num_domains=4)
+    with pytest.raises(CheckpointError, match="missing.*layers.2"):
+        load_diffusers_weights(bigger, tmp_path / "t", fresh_action_domain=None)
+
+
+def test_unpublished_presets_say_how_to_get_the_shape():
+    with pytest.raises(ConfigError, match="checkpoint.load_path"):
+        build_transformer("super", 48, 36, 32)
+
+
+def test_generation_param_classification():
+    assert is_generation_param("layers.3.self_attn.norm_added_q.weight")
+    assert is_generation_param("time_embedder.linear_1.weight")
+    assert not is_generation_param("layers.3.self_attn.to_out.weight")
+
+
+def test_pixel_tokenizer_shape_contract_and_round_trip():
+    tok = PixelTokenizer(spatial_factor=8)
+    video = torch.zeros(2, 33, 64, 32, 3, dtype=torch.uint8)
+    video[:, :, :8, :8] = 200  # one bright 8x8 cell survives 8x area pooling exactly
+    z = tok.encode(video)
+    assert z.shape == (2, 12, 9, 8, 4)
+    back = tok.decode(z)
+    assert back.shape == video.shape
+    assert torch.equal(back, video)
+
+
+def test_byte_tokenizer_bounds():
+    tok = ByteTokenizer(max_tokens=8)
+    ids = tok.encode("reach the green target")
+    assert len(ids) == 8 and ids[0] == tok.bos_id and ids[-1] == tok.eos_id and max(ids) < tok.vocab_size
