@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from test_data_lerobot_v3 import robot_centroid
 from wamkit.data import Window, WindowDataset
 from wamkit.data.synth import CAMERA_KEY, TASKS
 from wamkit.errors import DataError
+
+from .framecheck import robot_centroid
 
 T = 8
 

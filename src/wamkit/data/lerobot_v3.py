@@ -195,10 +195,18 @@ class LeRobotV3Dataset:
         return int(math.prod(self._feature(key)["shape"]))
 
     # ---- tabular data ---------------------------------------------------------------------------
+    def _format(self, template_key: str, **fields: Any) -> Path:
+        """Fill a path template from info.json; unknown placeholders are a metadata error, not a KeyError."""
+        template = self.info[template_key]
+        try:
+            return self.root / template.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise DataError(f"{self.root}/meta/info.json: {template_key}", f"template {template!r} cannot be "
+                            f"filled with {sorted(fields)}: {exc!r}", "use the LeRobot v3.0 path templates") from exc
+
     def _data_path(self, ep: int) -> Path:
         row = self._episode(ep)
-        rel = self.info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
-        return self.root / rel
+        return self._format("data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
 
     def _file_columns(self, path: Path, keys: Sequence[str]) -> dict[str, Any]:
         """Whole-file numpy columns and per-episode row indices, cached per data file (LRU)."""
@@ -257,9 +265,8 @@ class LeRobotV3Dataset:
     # ---- video ----------------------------------------------------------------------------------
     def video_path(self, ep: int, camera_key: str) -> Path:
         row = self._episode(ep)
-        rel = self.info["video_path"].format(video_key=camera_key, chunk_index=row[f"videos/{camera_key}/chunk_index"],
-                                             file_index=row[f"videos/{camera_key}/file_index"])
-        return self.root / rel
+        return self._format("video_path", video_key=camera_key, chunk_index=row[f"videos/{camera_key}/chunk_index"],
+                            file_index=row[f"videos/{camera_key}/file_index"])
 
     def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int]) -> np.ndarray:
         """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp."""

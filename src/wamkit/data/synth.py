@@ -9,6 +9,7 @@ mp4 files. The renderer and simulator are public so tests can compare decoded da
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -130,6 +131,8 @@ def _check_not_constant(stats: dict[str, dict[str, np.ndarray]]) -> None:
 def _encode_video(path: Path, frames: np.ndarray, fps: int, encoder: str) -> None:
     """Encode frames [N,H,W,3] as yuv420p mp4 with frame i at pts i/fps."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if encoder == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its full config at info level otherwise
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream(encoder, rate=fps)
         stream.width, stream.height = frames.shape[2], frames.shape[1]

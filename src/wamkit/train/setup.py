@@ -10,6 +10,7 @@ import torch
 
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
 from wamkit.errors import ConfigError, DataError
+from wamkit.train import checkpoint as ckpt
 from wamkit.model.cosmos3 import build_transformer, load_diffusers_weights, set_trainable
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 
@@ -80,12 +81,18 @@ def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu"
     return model
 
 
-def load_base_weights(model, cfg) -> None:
-    """A fresh run starts from checkpoint.load_path; this run's domain gets a fresh action head."""
+def load_base_weights(model, cfg) -> str:
+    """A fresh run starts from checkpoint.load_path: a wamkit iteration directory loads as it is
+    (continuing a chain keeps its action heads); a diffusers base gives this run's domain a fresh
+    action head."""
     path = Path(cfg.checkpoint.load_path).expanduser()
     if not path.exists():
         raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
+    if (path / ckpt.COMPLETE_MARKER).exists():
+        ckpt.load_checkpoint(path, {"model": model.state_dict()})
+        return "wamkit checkpoint"
     load_diffusers_weights(model, path, fresh_action_domain=cfg.data.domain_id)
+    return "diffusers transformer"
 
 
 def build_tokenizers(cfg):

@@ -77,10 +77,10 @@ class Trainer:
         latest = ckpt.latest_checkpoint(self.checkpoints_dir)
         if latest is None:
             if self.cfg.checkpoint.load_path:
-                load_base_weights(self.model, self.cfg)
+                kind = load_base_weights(self.model, self.cfg)
                 if self.ema is not None:  # the average starts from the loaded weights
                     self.ema = EMA(self.model, self.cfg.ema.beta, self.cfg.ema.warmup)
-                return f"fresh run from base weights {self.cfg.checkpoint.load_path}"
+                return f"fresh run from base weights ({kind}) {self.cfg.checkpoint.load_path}"
             return "fresh run from random initialisation"
         self._check_same_recipe(latest)
         state = self.state()
