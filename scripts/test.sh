@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# README command 2: set up, then run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+python -m pytest "$@"
