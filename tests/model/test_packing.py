@@ -68,3 +68,23 @@ def test_clean_positions_get_no_prediction_and_noisy_do():
     assert torch.count_nonzero(out.sample[0][:, :, 1:]) > 0
     assert torch.count_nonzero(out.action[0][0]) == 0
     assert torch.count_nonzero(out.action[0][1:]) > 0
+
+
+def test_flex_attention_backend_matches_dense_masks():
+    """The GPU path (flex block masks), run eagerly on CPU, equals the dense-mask path."""
+    from wamkit.model.flex_attention import FlexPackedAttention
+
+    gen = torch.Generator().manual_seed(4)
+    samples = [_sample(gen, 5, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 9, 2, 4, 6, 5, 0.7, 1, False)]
+    model = _model()
+    batch = pack_samples(samples, model.config)
+    with torch.no_grad():
+        dense = install_packed_attention(model)
+        with packed_layout(dense, batch):
+            expected = model(**batch.forward_kwargs)
+        flex = FlexPackedAttention(compiled=False)
+        model.set_attn_processor(flex)
+        with packed_layout(flex, batch):
+            got = model(**batch.forward_kwargs)
+    for a, b in zip(got.sample + got.action, expected.sample + expected.action):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

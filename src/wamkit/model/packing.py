@@ -188,9 +188,13 @@ class PackedAttention:
         q_und, k_und, k_und_for_gen = (_rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
         q_gen, k_gen = (_rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
 
-        und_out = _masked_attention(q_und, k_und, v_und, self.und_mask)
-        gen_out = _masked_attention(q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), self.gen_mask)
+        und_out = self.attend(q_und, k_und, v_und, "und")
+        gen_out = self.attend(q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), "gen")
         return attn.to_out(und_out), attn.to_add_out(gen_out)
+
+    def attend(self, q, k, v, pathway: str) -> torch.Tensor:
+        """[N, H, D] tensors -> [N, H*D]; dense boolean masks through SDPA (the CPU/test path)."""
+        return _masked_attention(q, k, v, self.und_mask if pathway == "und" else self.gen_mask)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -207,8 +211,16 @@ def _masked_attention(q, k, v, mask) -> torch.Tensor:
     return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
 
-def install_packed_attention(model) -> PackedAttention:
-    processor = PackedAttention()
+def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
+    """backend "sdpa": dense masks (CPU, tests); "flex": block-sparse flex attention (GPU)."""
+    if backend == "flex":
+        from wamkit.model.flex_attention import FlexPackedAttention
+
+        processor = FlexPackedAttention()
+    elif backend == "sdpa":
+        processor = PackedAttention()
+    else:
+        raise ValueError(f"unknown attention backend {backend!r}: use 'sdpa' or 'flex'")
     model.set_attn_processor(processor)
     return processor
 

@@ -1,0 +1,183 @@
+"""Training throughput of the Cosmos3 stack at Nano width: diffusers as-is (one sample per forward)
+against wamkit's packed sequences (several samples per forward, flex-attention block masks,
+compiled decoder layers). Prints a table; the last line is `mfu_g1=<x> mfu_droid=<y>`.
+
+MFU counts the FLOPs the step must do (generation pathway forward + backward with weight grads;
+frozen text pathway forward + activation grads; attention over the allowed pairs only) against a
+bf16 matmul rate measured in the same run.
+
+    python benchmarks/train_throughput.py --layers 36            # Nano width, one H200
+    python benchmarks/train_throughput.py --layers 2 --device cpu --steps 1 --warmup 0 --shapes tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from wamkit.model.cosmos3 import PRESETS, build_transformer, set_trainable  # noqa: E402
+from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    text: int
+    latent_t: int
+    latent_h: int
+    latent_w: int
+    actions: int  # action rows incl. the state row
+
+
+SHAPES = {
+    "g1": Shape("G1 256p chunk 32", 256, 9, 12, 20, 33),  # 192x320 px -> 12x20 latents -> 540 patches + 33 rows
+    "droid": Shape("DROID 480p concat chunk 32", 256, 9, 34, 46, 33),  # 544x736 px -> 3519 patches + 33 rows
+    "tiny": Shape("tiny smoke shape", 16, 3, 4, 4, 9),
+}
+
+
+def make_samples(shape: Shape, n: int, channels: int, action_dim: int, vocab: int, device, dtype) -> list[SequenceSample]:
+    gen = torch.Generator().manual_seed(0)
+    return [
+        SequenceSample(
+            text_ids=torch.randint(3, vocab, (shape.text,), generator=gen).tolist(),
+            video=torch.randn(channels, shape.latent_t, shape.latent_h, shape.latent_w, generator=gen).to(device, dtype),
+            actions=torch.randn(shape.actions, action_dim, generator=gen).to(device, dtype),
+            clean_video_frames=[0], clean_action_rows=[0], sigma=0.5, domain_id=0, fps=30.0, action_start_frame=0,
+        )
+        for _ in range(n)
+    ]
+
+
+def step_flops(model, shape: Shape, n: int) -> float:
+    """FLOPs of one forward+backward over n samples of `shape` (see module docstring)."""
+    cfg = model.config
+    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    heads, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    per_token = 2 * (h * heads * d * 2 + h * kv * d * 2 + 3 * h * inter)  # q,o + k,v + MLP, forward
+    n_gen = shape.latent_t * math.ceil(shape.latent_h / 2) * math.ceil(shape.latent_w / 2) + shape.actions
+    n_text = shape.text
+    linear = layers * per_token * (3 * n_gen + 2 * n_text)
+    attn_fwd = 4 * heads * d * (n_gen * (n_text + n_gen) + n_text * (n_text + 1) / 2)
+    return n * (linear + 3 * layers * attn_fwd)
+
+
+def matmul_rate(device, dtype) -> float:
+    if device.type != "cuda":
+        return float("nan")
+    a = torch.randn(8192, 8192, device=device, dtype=dtype)
+    b = torch.randn(8192, 8192, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192**3 / (time.perf_counter() - t0)
+
+
+def time_steps(fn, steps: int, warmup: int, device) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / steps
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_case(model, shape: Shape, n: int, packed: bool, args, device, dtype) -> dict:
+    samples = make_samples(shape, n, model.config.latent_channel, model.config.action_dim, model.config.vocab_size, device, dtype)
+    batch = pack_samples(samples, model.config)
+    processor = install_packed_attention(model, args.attention) if packed else None
+    if not packed:
+        from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
+
+        model.set_attn_processor(Cosmos3AttnProcessor())
+
+    def step():
+        if packed:
+            with packed_layout(processor, batch):
+                out = model(**batch.forward_kwargs)
+        else:
+            out = model(**batch.forward_kwargs)
+        loss = sum(o.float().square().mean() for o in out.sample) + sum(a.float().square().mean() for a in out.action)
+        loss.backward()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds = time_steps(step, args.steps, args.warmup, device)
+    tokens = batch.forward_kwargs["sequence_length"]
+    return {
+        "seconds": seconds, "samples_per_s": n / seconds, "tokens_per_s": tokens / seconds, "tokens": tokens,
+        "flops": step_flops(model, shape, n),
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan"),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=36)
+    p.add_argument("--width", default="nano", choices=sorted(PRESETS))
+    p.add_argument("--shapes", default="g1,droid")
+    p.add_argument("--packed", default="g1=8,droid=2,tiny=4", help="samples per packed forward, per shape")
+    p.add_argument("--attention", default="flex", choices=["flex", "sdpa"])
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args(argv)
+
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    packed_n = dict(item.split("=") for item in args.packed.split(","))
+    PRESETS["bench"] = replace(PRESETS[args.width], num_hidden_layers=args.layers)
+    with torch.device(device):
+        model = build_transformer("bench", latent_channel=48, max_action_dim=64, num_domains=32).to(dtype)
+    set_trainable(model, train_text_pathway=False)
+    params = sum(p.numel() for p in model.parameters())
+    rate = matmul_rate(device, dtype)
+    print(f"device={torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'} torch={torch.__version__} "
+          f"width={args.width} layers={args.layers} params={params / 1e9:.2f}B bf16_matmul={rate / 1e12:.0f} TFLOP/s")
+
+    rows, mfu = [], {}
+    keys = args.shapes.split(",")
+    if args.baseline:  # as-is first: diffusers' own processor, eager
+        for key in keys:
+            rows.append((SHAPES[key].name, "diffusers as-is, 1 sample", 1, run_case(model, SHAPES[key], 1, False, args, device, dtype)))
+    if args.compile and device.type == "cuda":
+        model.compile_repeated_blocks(fullgraph=False, dynamic=False)
+    for key in keys:
+        n = int(packed_n[key])
+        packed = run_case(model, SHAPES[key], n, True, args, device, dtype)
+        rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile else ''})", n, packed))
+        mfu[key] = packed["flops"] / packed["seconds"] / rate if rate == rate else float("nan")
+
+    print(f"| shape | path | samples/fwd | tokens | step ms | samples/s | tokens/s | MFU | peak GiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, path, n, r in rows:
+        m = r["flops"] / r["seconds"] / rate if rate == rate else float("nan")
+        print(f"| {name} | {path} | {n} | {r['tokens']} | {r['seconds'] * 1e3:.1f} | {r['samples_per_s']:.2f} | "
+              f"{r['tokens_per_s']:.0f} | {m:.1%} | {r['peak_gib']:.1f} |")
+    print(" ".join(f"mfu_{k}={v:.3f}" for k, v in mfu.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The GPU path of packed attention: the same cross-sample masks as `PackedAttention`, expressed as
+flex-attention block masks so fully masked tiles are skipped instead of computed."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from wamkit.model.packing import PackedAttention
+
+_compiled_flex = None
+
+
+def _flex():
+    """flex_attention is only fast compiled; compile once per process, lazily."""
+    global _compiled_flex
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
+
+
+class FlexPackedAttention(PackedAttention):
+    def __init__(self, compiled: bool = True):
+        super().__init__()
+        self.compiled = compiled
+        self.und_block = self.gen_block = None
+
+    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor) -> None:
+        kv_ids = torch.cat([und_ids, gen_ids])
+
+        def und_mask(b, h, q, kv):
+            return (und_ids[q] == und_ids[kv]) & (q >= kv)
+
+        def gen_mask(b, h, q, kv):
+            return gen_ids[q] == kv_ids[kv]
+
+        n_und, n_gen, device = len(und_ids), len(gen_ids), und_ids.device
+        self.und_block = create_block_mask(und_mask, None, None, n_und, n_und, device=device)
+        self.gen_block = create_block_mask(gen_mask, None, None, n_gen, n_und + n_gen, device=device)
+        self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
+
+    def clear(self) -> None:
+        super().clear()
+        self.und_block = self.gen_block = None
+
+    def attend(self, q, k, v, pathway: str) -> torch.Tensor:
+        block = self.und_block if pathway == "und" else self.gen_block
+        fn = _flex() if self.compiled else flex_attention
+        out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
+        return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
