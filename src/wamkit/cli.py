@@ -24,6 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     demo = data_sub.add_parser("demo", help="write the embedded demo dataset (LeRobot v3.0) to OUT_DIR")
     demo.add_argument("out_dir")
     demo.add_argument("--episodes", type=int, default=32)
+    doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
+    doctor.add_argument("path")
+    doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
+    doctor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    stats = data_sub.add_parser("stats", help="compute meta/stats.json (min/max/mean/std/q01/q99) from the parquet data")
+    stats.add_argument("path")
+    stats.add_argument("--keys", nargs="*", default=[], help="features to cover (default: every numeric feature)")
+    stats.add_argument("--overwrite", action="store_true")
 
     args = parser.parse_args(argv)
     try:
@@ -42,6 +50,16 @@ def _dispatch(args) -> int:
         path = write_demo_dataset(args.out_dir, num_episodes=args.episodes)
         print(f"wrote LeRobot v3.0 demo dataset to {path}")
         return 0
+    if args.command == "data" and args.data_command == "doctor":
+        from wamkit.config import load_experiment
+        from wamkit.data.doctor import doctor_main
+
+        cfg = load_experiment(args.recipe, [f"data.path={args.path!r}", *args.overrides]) if args.recipe else None
+        return doctor_main(args.path, cfg)
+    if args.command == "data" and args.data_command == "stats":
+        from wamkit.data.stats import stats_main
+
+        return stats_main(args.path, args.keys, args.overwrite)
     raise AssertionError(args)
 
 

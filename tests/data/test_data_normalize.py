@@ -111,3 +111,30 @@ def test_demo_stats_are_usable(demo_ds):
     for key in ("action", "observation.state"):
         for mode in NORMALIZATION_MODES:
             Normalizer.from_stats(demo_ds.stats, key, mode)
+
+
+# ---- asinh ---------------------------------------------------------------------------------------
+def test_asinh_uses_std_and_round_trips():
+    norm = Normalizer.from_stats(STATS, "action", "asinh")
+    assert "asinh" in NORMALIZATION_MODES
+    x = np.array([[-50.0, 0.0], [3.0, 1e4], [0.5, -7.0]])
+    np.testing.assert_allclose(norm.normalize(x), np.arcsinh(x / np.array([2.0, 0.5])))
+    np.testing.assert_allclose(norm.denormalize(norm.normalize(x)), x, rtol=1e-12)
+    t = torch.tensor(x, dtype=torch.float64)
+    torch.testing.assert_close(norm.denormalize(norm.normalize(t)), t)
+
+
+def test_asinh_prefers_asinh_scale_and_serializes():
+    stats = {"action": {**STATS["action"], "asinh_scale": [4.0, 0.1]}}
+    norm = Normalizer.from_stats(stats, "action", "asinh")
+    x = np.array([[8.0, 0.1]])
+    np.testing.assert_allclose(norm.normalize(x), np.arcsinh([[2.0, 1.0]]))
+    again = Normalizer.from_state_dict(norm.state_dict())
+    np.testing.assert_allclose(again.normalize(x), norm.normalize(x))
+
+
+def test_asinh_rejects_bad_scale():
+    with pytest.raises(DataError, match=r'\["asinh_scale"\]\[1\]'):
+        Normalizer.from_stats({"action": {"asinh_scale": [1.0, 0.0]}}, "action", "asinh")
+    with pytest.raises(DataError, match="asinh_scale' or 'std'"):
+        Normalizer.from_stats({"action": {"min": [0.0], "max": [1.0]}}, "action", "asinh")

@@ -10,9 +10,10 @@ from pathlib import Path
 from wamkit.errors import ConfigError
 
 TASK_MODES = ("policy",)
-NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "none")
+NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 TOKENIZER_KINDS = ("pixel", "wan2.2")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
 
 
 @dataclass
@@ -66,6 +67,7 @@ class ModelConfig:
     max_action_dim: int = 36
     num_domains: int = 32
     train_text_pathway: bool = False
+    attention: str = "auto"  # auto (flex on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks)
 
 
 @dataclass
@@ -130,6 +132,17 @@ class CheckpointConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """torch.distributed layout. World size comes from torchrun; shard degree = world / replicate."""
+
+    data_parallel_replicate_degree: int = 1  # > 1: HSDP (replicate across nodes, shard inside)
+    activation_checkpointing: str = "none"  # none | full
+    compile: bool = False  # torch.compile each decoder layer
+    param_dtype: str = "float32"  # compute dtype of FSDP2 (bfloat16 on GPUs); master weights stay fp32
+    reduce_dtype: str = "float32"  # gradient reduction dtype
+
+
+@dataclass
 class ExperimentConfig:
     job: JobConfig = field(default_factory=JobConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -140,15 +153,20 @@ class ExperimentConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ema: EMAConfig = field(default_factory=EMAConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         _choice("model.mode", self.model.mode, TASK_MODES)
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
+        _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
         if self.data.state_normalization:
             _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
         _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)
+        _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "full"))
+        _choice("parallel.param_dtype", self.parallel.param_dtype, ("float32", "bfloat16"))
+        _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("float32", "bfloat16"))
         if self.data.chunk_length <= 0 or self.data.chunk_length % 4:
             raise ConfigError(
                 "data.chunk_length",

@@ -1,9 +1,12 @@
-"""Data layer: LeRobot v3.0 reading, windows, normalization, samples, splits and the demo dataset."""
+"""Data layer: LeRobot v3.0 reading, windows, normalization, samples, splits, the demo dataset, the dataset doctor, stats and modality.json."""
 
+from wamkit.data.doctor import DatasetExpectation, DoctorReport, Finding, diagnose, doctor_main
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
+from wamkit.data.modality import ModalitySelector
 from wamkit.data.normalize import NORMALIZATION_MODES, Normalizer
 from wamkit.data.sample import SampleTransform, TrainingSample
 from wamkit.data.split import split_episodes
+from wamkit.data.stats import compute_dataset_stats, stats_main, write_stats
 from wamkit.data.synth import (
     SynthEpisode,
     compute_stats,
@@ -14,6 +17,15 @@ from wamkit.data.synth import (
 from wamkit.data.windows import Window, WindowDataset
 
 __all__ = [
+    "DatasetExpectation",
+    "DoctorReport",
+    "Finding",
+    "ModalitySelector",
+    "compute_dataset_stats",
+    "diagnose",
+    "doctor_main",
+    "stats_main",
+    "write_stats",
     "LeRobotV3Dataset",
     "NORMALIZATION_MODES",
     "Normalizer",

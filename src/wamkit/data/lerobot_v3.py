@@ -149,10 +149,21 @@ def load_episodes(root: Path, video_keys: Sequence[str]) -> dict[int, dict[str, 
 class LeRobotV3Dataset:
     """Random access to episodes, their columns and their video frames of a LeRobot v3.0 dataset."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, expected_fps: float = 0.0):
+        """`expected_fps` (the recipe's data.fps; 0 = any) must equal info.json's fps."""
         self.root = Path(root)
         self.info = load_info(self.root)
-        self.fps = float(self.info["fps"])
+        try:
+            self.fps = float(self.info["fps"])
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{self.root}/meta/info.json: fps", f"is {self.info['fps']!r}, not a number",
+                            "set the dataset's real fps") from exc
+        if not (math.isfinite(self.fps) and self.fps > 0):
+            raise DataError(f"{self.root}/meta/info.json: fps", f"is {self.fps}, not a positive number",
+                            "set the dataset's real fps")
+        if expected_fps and abs(float(expected_fps) - self.fps) > 1e-6:
+            raise DataError(f"{self.root}/meta/info.json: fps", f"is {self.fps} but the recipe says data.fps = "
+                            f"{expected_fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")
         self.features: dict[str, dict[str, Any]] = self.info["features"]
         self.camera_keys = sorted(k for k, f in self.features.items() if f["dtype"] == "video")
         self.stats = load_stats(self.root)
@@ -231,7 +242,13 @@ class LeRobotV3Dataset:
         rows = np.flatnonzero(cols["episode_index"] == ep)
         rows = rows[np.argsort(cols["frame_index"][rows], kind="stable")]
         length = self.episode_length(ep)
-        if len(rows) != length or not np.array_equal(cols["frame_index"][rows], np.arange(length)):
+        frames = cols["frame_index"][rows]
+        if len(rows) == length and not np.array_equal(frames, np.arange(length)):
+            k = int(np.flatnonzero(frames != np.arange(length))[0])
+            raise DataError(f"{path}: frame_index (episode {ep})", f"is not 0..{length - 1} without gaps/duplicates: "
+                            f"at position {k} found {int(frames[k])}, expected {k}",
+                            "re-export the episode; frames are missing or duplicated")
+        if len(rows) != length:
             raise DataError(f"{path}: episode {ep}", f"has {len(rows)} rows (frame_index "
                             f"{cols['frame_index'][rows][:3].tolist()}...) but meta/episodes length is {length}",
                             "re-export the dataset; data parquet and meta/episodes disagree")
@@ -281,11 +298,21 @@ class LeRobotV3Dataset:
             h, w, c = self.features[camera_key]["shape"]
             return np.zeros((0, h, w, c), dtype=np.uint8)
         timestamps = self.episode_columns(ep, ["timestamp"])["timestamp"].astype(np.float64)
+        self._check_timestamps(ep, timestamps)
         start = float(self._episode(ep)[f"videos/{camera_key}/from_timestamp"])
         path = self.video_path(ep, camera_key)
         frames = decode_at_times(path, start + timestamps[frame_indices], self.fps)
         self._check_frame_shape(camera_key, frames, path)
         return frames
+
+    def _check_timestamps(self, ep: int, timestamps: np.ndarray) -> None:
+        """Frames are located by timestamp: one off by more than a tenth of a period is a data error."""
+        dev = np.abs(timestamps - np.arange(len(timestamps)) / self.fps)
+        if dev.size and not dev.max() <= 0.1 / self.fps:
+            i = int(np.argmax(np.nan_to_num(dev, nan=np.inf)))
+            raise DataError(f"{self._data_path(ep)}: timestamp (episode {ep})", f"timestamp {timestamps[i]:.6f}s at "
+                            f"frame_index {i} but frame_index / fps = {i / self.fps:.6f}s (fps {self.fps})",
+                            "fix info.json fps or re-export timestamps as frame_index / fps")
 
     def _check_frame_shape(self, camera_key: str, frames: np.ndarray, path: Path) -> None:
         shape = list(self.features[camera_key]["shape"])

@@ -14,8 +14,11 @@ import torch
 
 from wamkit.errors import DataError
 
-NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "none")
-_FIELDS = {"minmax": ("min", "max"), "quantile": ("q01", "q99"), "meanstd": ("mean", "std"), "none": ()}
+from wamkit.config.schema import NORMALIZATION_MODES  # one list for recipes and the data layer
+_FIELDS = {"minmax": ("min", "max"), "quantile": ("q01", "q99"), "meanstd": ("mean", "std"), "none": (),
+           "asinh": ("scale",)}
+# asinh: y = asinh(x / scale), scale per channel = stats["asinh_scale"] if present, else stats["std"];
+# its params hold the resolved "scale" (so a state_dict round-trips without the original stats).
 _FIX_ZERO = "recompute stats over more data, or drop the constant channel from the feature"
 
 
@@ -25,6 +28,10 @@ class Normalizer:
     def __init__(self, key: str, mode: str, params: Mapping[str, np.ndarray], source: str = "meta/stats.json"):
         _check_mode(mode, source)
         self.key, self.mode, self.source = key, mode, source
+        self._scale_source = "scale"
+        if mode == "asinh":
+            params = _asinh_params(params, key, source)
+            self._scale_source = params.pop("_scale_source")
         self.params = {name: _check_field(params, key, name, source) for name in _FIELDS[mode]}
         _check_same_dim(self.params, key, source)
         self._check_range()
@@ -52,6 +59,14 @@ class Normalizer:
     def _check_range(self) -> None:
         """Zero range would divide by zero: name the first offending channel."""
         if self.mode == "none":
+            return
+        if self.mode == "asinh":
+            bad = np.flatnonzero(~(self.params["scale"] > 0))
+            if bad.size:
+                c = int(bad[0])
+                raise DataError(f'{self.source}: stats["{self.key}"]["{self._scale_source}"][{c}]',
+                                f"asinh scale is {self.params['scale'][c]} at channel {c} (zero or negative)",
+                                _FIX_ZERO)
             return
         lo_name, hi_name = _FIELDS[self.mode]
         width = self.params[hi_name] if self.mode == "meanstd" else self.params[hi_name] - self.params[lo_name]
@@ -82,6 +97,9 @@ class Normalizer:
         if self.mode == "none":
             return x
         self._check_width(x)
+        if self.mode == "asinh":
+            scale = _like(self.params["scale"], x)
+            return np.arcsinh(x / scale) if isinstance(x, np.ndarray) else torch.asinh(x / scale)
         scale, shift = (_like(v, x) for v in self._scale_shift())
         y = (x - shift) / scale
         if self.mode == "quantile":
@@ -93,6 +111,9 @@ class Normalizer:
         if self.mode == "none":
             return y
         self._check_width(y)
+        if self.mode == "asinh":
+            scale = _like(self.params["scale"], y)
+            return scale * (np.sinh(y) if isinstance(y, np.ndarray) else torch.sinh(y))
         scale, shift = (_like(v, y) for v in self._scale_shift())
         return y * scale + shift
 
@@ -108,6 +129,15 @@ class Normalizer:
             raise DataError("normalizer state_dict", f"missing entries {missing}",
                             "save the checkpoint with Normalizer.state_dict()")
         return cls(state["key"], state["mode"], state["params"], state.get("source", "checkpoint"))
+
+
+def _asinh_params(params: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    """Resolve the asinh scale: an explicit "scale" (state_dict), else "asinh_scale", else "std"."""
+    for name in ("scale", "asinh_scale", "std"):
+        if name in params:
+            return {"scale": params[name], "_scale_source": name}
+    raise DataError(f'{source}: stats["{key}"]', f"asinh normalization needs 'asinh_scale' or 'std' "
+                    f"(have {sorted(params)})", "recompute meta/stats.json with std, or add asinh_scale")
 
 
 def _check_mode(mode: str, source: str) -> None:

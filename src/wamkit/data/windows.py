@@ -85,8 +85,20 @@ class WindowDataset(Dataset):
         if self.state_key:
             state = torch.from_numpy(_as_2d(cols[self.state_key][start:start + T + 1]).astype(np.float32))
         action = torch.from_numpy(_as_2d(cols[self.action_key][start:start + T]).astype(np.float32))
+        self._check_finite(ep, start, self.action_key, action)
+        if state is not None:
+            self._check_finite(ep, start, self.state_key, state)
         return Window(video=torch.from_numpy(video), state=state, action=action,
                       task=self.dataset.episode_task(ep), episode_index=ep, start=start)
+
+    def _check_finite(self, ep: int, start: int, key: str, values: torch.Tensor) -> None:
+        """NaN/inf in a window would poison the loss silently: name the file, column, frame and channel."""
+        bad = torch.nonzero(~torch.isfinite(values))
+        if len(bad):
+            r, c = (int(v) for v in bad[0])
+            raise DataError(f"{self.dataset._data_path(ep)}[{key!r}]", f"{len(bad)} NaN/inf value(s) in the window "
+                            f"of episode {ep} starting at frame {start}; first at frame_index {start + r}, channel {c}",
+                            "repair or drop those frames (`wamkit data doctor` lists every one)")
 
 
 def _as_2d(x: np.ndarray) -> np.ndarray:

@@ -23,14 +23,14 @@ class StepLosses:
 
 
 class PolicyObjective:
-    def __init__(self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float):
+    def __init__(self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float, attention: str = "sdpa"):
         self.model = model
         self.video_tokenizer = video_tokenizer
         self.text_tokenizer = text_tokenizer
         self.cfg = diffusion_cfg
         self.prompt_template = prompt_template
         self.fps = fps
-        self.processor = install_packed_attention(model)
+        self.processor = install_packed_attention(model, attention)
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""

@@ -28,10 +28,7 @@ def open_dataset(cfg) -> LeRobotV3Dataset:
     root = cfg.data.resolved_path()
     if not (root / "meta" / "info.json").exists() and cfg.data.generate_demo:
         write_demo_dataset(root)
-    dataset = LeRobotV3Dataset(root)
-    if cfg.data.fps and abs(cfg.data.fps - dataset.fps) > 1e-6:
-        raise DataError(f"{root}/meta/info.json", f"fps is {dataset.fps} but the recipe says data.fps = {cfg.data.fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")
-    return dataset
+    return LeRobotV3Dataset(root, expected_fps=cfg.data.fps)
 
 
 def build_run_data(cfg) -> RunData:

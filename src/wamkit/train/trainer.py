@@ -32,6 +32,12 @@ RESUMABLE_KNOBS = {
 }
 
 
+def attention_backend(choice: str, device: torch.device) -> str:
+    if choice == "auto":
+        return "flex" if device.type == "cuda" else "sdpa"
+    return choice
+
+
 def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + step) * 64 + micro)
 
@@ -49,6 +55,7 @@ class Trainer:
         check_vocab(self.model, self.text_tokenizer)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
+            attention_backend(cfg.model.attention, self.device),
         )
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))

@@ -1,0 +1,148 @@
+"""Flow-matching sampling of action chunks for packed batches (policy mode).
+
+The training objective noises x_s = s*eps + (1-s)*x0 and the transformer predicts v = eps - x0, so
+integrating dx/ds = v from s = 1 (pure noise) to s = 0 recovers x0; an Euler step from s_i to
+s_{i+1} is x += (s_{i+1} - s_i) * v. As in training, latent frame 0 (the observed frame) and the
+state row are clean; future video latents and the T action rows start from noise. Every sample of
+a step (and, with guidance, its unconditional twin) goes through ONE packed forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wamkit.diffusion.flow import shift_sigma
+from wamkit.model.packing import SequenceSample, pack_samples, packed_layout
+
+
+@dataclass
+class PolicyInput:
+    """One observation, already in model space.
+
+    frame: uint8 [H, W, 3] (several cameras already tiled side by side along W);
+    state: normalized state padded to max_action_dim, or None when the model uses no state row;
+    prompt: the text exactly as the model sees it (prompt template already applied)."""
+
+    frame: torch.Tensor
+    state: torch.Tensor | None
+    prompt: str
+    chunk_length: int
+    action_dim: int
+    domain_id: int = 0
+
+
+def sigma_schedule(num_steps: int, shift: float = 1.0) -> torch.Tensor:
+    """num_steps + 1 noise levels from 1 down to 0, shifted with s' = k s / (1 + (k-1) s)."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps is {num_steps}; use at least 1 sampling step")
+    if shift <= 0:
+        raise ValueError(f"shift is {shift}; use a positive shift (1.0 = no shift)")
+    base = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)
+    return shift_sigma(base, shift).float()
+
+
+def _check_inputs(observations: list[PolicyInput], max_action_dim: int) -> None:
+    if not observations:
+        raise ValueError("observations is empty; pass at least one PolicyInput")
+    for i, obs in enumerate(observations):
+        if obs.frame.dtype != torch.uint8 or obs.frame.ndim != 3 or obs.frame.shape[-1] != 3:
+            raise ValueError(f"observations[{i}].frame must be uint8 [H, W, 3], got {obs.frame.dtype} {tuple(obs.frame.shape)}")
+        if obs.chunk_length < 1 or obs.chunk_length % 4:
+            raise ValueError(f"observations[{i}].chunk_length is {obs.chunk_length}; it must be a positive multiple of 4")
+        if not 1 <= obs.action_dim <= max_action_dim:
+            raise ValueError(f"observations[{i}].action_dim is {obs.action_dim}; it must be in [1, {max_action_dim}]")
+        if obs.state is not None and tuple(obs.state.shape) != (max_action_dim,):
+            raise ValueError(f"observations[{i}].state must have shape [{max_action_dim}] (padded), got {tuple(obs.state.shape)}")
+    if len({o.state is None for o in observations}) > 1:
+        raise ValueError("either every observation has a state row or none does")
+
+
+def _generators(generator, n: int) -> list[torch.Generator]:
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != n:
+            raise ValueError(f"got {len(generator)} generators for {n} observations")
+        return list(generator)
+    return [generator] * n
+
+
+@torch.no_grad()
+def sample_policy(
+    model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
+    shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
+    uncond_prompt: str = "",
+) -> torch.Tensor:
+    """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
+    (channels >= each observation's action_dim are zero).
+
+    `generator` is one generator (noise is drawn sample after sample, so calling once per sample
+    with the same generator object gives the same noise) or one generator per observation.
+    `guidance` > 1 mixes in an unconditional prediction (prompt `uncond_prompt`), packed in the
+    same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off."""
+    max_action_dim = int(model.config.action_dim)
+    _check_inputs(observations, max_action_dim)
+    if len({o.chunk_length for o in observations}) > 1:
+        raise ValueError("all observations of one call must share chunk_length")
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    gens = _generators(generator, len(observations))
+    sigmas = sigma_schedule(num_steps, shift).tolist()
+    use_cfg = float(guidance) != 1.0
+
+    # Condition: the observed frame repeated to T+1 frames so the latent grid matches training.
+    x0_frames, videos, rows, masks, clean_rows = [], [], [], [], []
+    for obs, gen in zip(observations, gens):
+        clip = obs.frame.unsqueeze(0).expand(obs.chunk_length + 1, -1, -1, -1).unsqueeze(0).contiguous()
+        latent = video_tokenizer.encode(clip)[0].float().cpu()  # [C, t, h, w]
+        mask = torch.zeros(max_action_dim)
+        mask[: obs.action_dim] = 1.0
+        video = torch.randn(latent.shape, generator=gen)
+        video[:, 0] = latent[:, 0]
+        actions = torch.randn((obs.chunk_length, max_action_dim), generator=gen) * mask
+        clean = []
+        if obs.state is not None:
+            actions = torch.cat([obs.state.float().cpu().unsqueeze(0), actions])
+            clean = [0]
+        x0_frames.append(latent[:, 0].to(device))
+        videos.append(video.to(device))
+        rows.append(actions.to(device))
+        masks.append(mask.to(device))
+        clean_rows.append(clean)
+
+    texts = [text_tokenizer.encode(o.prompt) for o in observations]
+    uncond_text = text_tokenizer.encode(uncond_prompt) if use_cfg else None
+
+    for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
+        seqs = []
+        for i, obs in enumerate(observations):
+            seqs.append(_sequence(texts[i], videos[i], rows[i], clean_rows[i], sigma, obs, fps, dtype))
+        if use_cfg:
+            for i, obs in enumerate(observations):
+                seqs.append(_sequence(uncond_text, videos[i], rows[i], clean_rows[i], sigma, obs, fps, dtype))
+        batch = pack_samples(seqs, model.config)
+        with packed_layout(processor, batch):
+            out = model(**batch.forward_kwargs)
+        dt = sigma_next - sigma
+        n = len(observations)
+        for i in range(n):
+            v_video = out.sample[i][0].float()
+            v_action = out.action[i].float()
+            if use_cfg:
+                v_video = out.sample[n + i][0].float() + guidance * (v_video - out.sample[n + i][0].float())
+                v_action = out.action[n + i].float() + guidance * (v_action - out.action[n + i].float())
+            videos[i] = videos[i] + dt * v_video
+            videos[i][:, 0] = x0_frames[i]
+            rows[i] = (rows[i] + dt * v_action) * masks[i]
+            if clean_rows[i]:
+                rows[i][0] = observations[i].state.to(device=device, dtype=rows[i].dtype)
+
+    first = 1 if observations[0].state is not None else 0
+    return torch.stack([r[first:] for r in rows])
+
+
+def _sequence(text_ids, video, rows, clean_rows, sigma, obs: PolicyInput, fps: float, dtype) -> SequenceSample:
+    return SequenceSample(
+        text_ids=text_ids, video=video.to(dtype), actions=rows.to(dtype), clean_video_frames=[0],
+        clean_action_rows=clean_rows, sigma=float(sigma), domain_id=obs.domain_id, fps=fps,
+        action_start_frame=0 if clean_rows else 1,
+    )

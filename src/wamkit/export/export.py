@@ -1,0 +1,111 @@
+"""export_run: a run's checkpoint -> a diffusers-format directory that serves without the run.
+
+    <out_dir>/transformer/      Cosmos3OmniTransformer.save_pretrained (from_pretrained loads it)
+    <out_dir>/text_tokenizer/   only when the run used a pretrained text tokenizer
+    <out_dir>/wamkit.json       data contract + what is needed to rebuild tokenizers and sampling
+
+The directory is written under a temporary sibling, reloaded and checked against the in-memory
+model on a fixed packed input, and only then renamed into place; an existing non-empty out_dir is
+never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from wamkit.errors import WamkitError
+from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.policy.loading import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export
+
+
+class ExportError(WamkitError):
+    """An export could not be written or did not reproduce the trained model."""
+
+
+def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool = True,
+               atol: float = 1e-5, rtol: float = 1e-4) -> Path:
+    """Export a run directory (its latest checkpoint) or one iter_<N> directory to `out_dir`."""
+    out_dir = Path(out_dir).expanduser()
+    _refuse_existing(out_dir)
+    loaded = load_from_checkpoint(run_or_checkpoint, use_ema=use_ema, device="cpu")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".tmp_{out_dir.name}_{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        loaded.model.save_pretrained(str(tmp / "transformer"))
+        if loaded.model_info["text_tokenizer"] != "byte":
+            loaded.text_tokenizer.tok.save_pretrained(str(tmp / loaded.model_info["text_tokenizer"]))
+        manifest = {
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "data_contract": loaded.contract,
+            "model": loaded.model_info,
+            "diffusion": loaded.diffusion,
+            "source": loaded.source,
+            "experiment_config": loaded.experiment_config,
+        }
+        (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        reloaded = load_from_export(tmp, device="cpu")
+        verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
+                            loaded.text_tokenizer, atol=atol, rtol=rtol)
+        _refuse_existing(out_dir)  # someone may have written there meanwhile
+        if out_dir.exists():
+            out_dir.rmdir()  # empty (checked above)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _refuse_existing(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ExportError(str(out_dir), "already exists and is not empty", "choose a new output directory or delete this one")
+
+
+def fixed_packed_input(contract: dict, latent_channels: int, text_tokenizer, device="cpu") -> list[SequenceSample]:
+    """Two deterministic samples shaped like the run's inputs (one with a state row if the run used
+    state), at two noise levels: enough to exercise text, video and action pathways."""
+    gen = torch.Generator().manual_seed(1234)
+    t = 1 + int(contract["chunk_length"]) // 4
+    rows = int(contract["chunk_length"]) + (1 if contract["use_state"] else 0)
+    clean = [0] if contract["use_state"] else []
+    samples = []
+    for sigma, prompt in ((0.35, "verify export"), (0.8, "a second, longer prompt for the export check")):
+        samples.append(SequenceSample(
+            text_ids=text_tokenizer.encode(contract["prompt_template"].format(task=prompt)),
+            video=torch.randn(latent_channels, t, 2, 3, generator=gen).to(device),
+            actions=torch.randn(rows, int(contract["max_action_dim"]), generator=gen).to(device),
+            clean_video_frames=[0], clean_action_rows=clean, sigma=sigma, domain_id=int(contract["domain_id"]),
+            fps=float(contract["fps"]), action_start_frame=0 if clean else 1,
+        ))
+    return samples
+
+
+@torch.no_grad()
+def verify_same_outputs(expected_model, actual_model, contract: dict, latent_channels: int, text_tokenizer,
+                        atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """Raise ExportError unless both transformers give the same packed outputs."""
+    outputs = []
+    for model in (expected_model, actual_model):
+        device = next(model.parameters()).device
+        batch = pack_samples(fixed_packed_input(contract, latent_channels, text_tokenizer, device), model.config)
+        processor = install_packed_attention(model)
+        with packed_layout(processor, batch):
+            outputs.append(model(**batch.forward_kwargs))
+    expected, actual = outputs
+    pairs = [("sample", a, b) for a, b in zip(expected.sample, actual.sample)]
+    pairs += [("action", a, b) for a, b in zip(expected.action or [], actual.action or [])]
+    if len(expected.sample) != len(actual.sample) or (expected.action is None) != (actual.action is None):
+        raise ExportError("export", "reloaded transformer returns a different output structure", "report this as a bug")
+    for name, a, b in pairs:
+        try:
+            torch.testing.assert_close(b.float().cpu(), a.float().cpu(), atol=atol, rtol=rtol)
+        except AssertionError as exc:
+            raise ExportError("export", f"reloaded transformer's {name} output differs from the trained model: {exc}",
+                              "check the diffusers version and that the checkpoint loaded fully") from exc

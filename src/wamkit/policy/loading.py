@@ -1,0 +1,197 @@
+"""Rebuild a trained model for inference from a run's DCP checkpoint or from an export directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from wamkit.config import ExperimentConfig
+from wamkit.errors import CheckpointError, ConfigError
+from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
+from wamkit.train import checkpoint as ckpt
+
+EXPORT_MANIFEST = "wamkit.json"
+EXPORT_FORMAT = "wamkit-export"
+EXPORT_VERSION = 1
+CONTRACT_KEYS = ("fps", "chunk_length", "action_dim", "max_action_dim", "use_state", "domain_id", "prompt_template", "action_normalizer")
+
+
+@dataclass
+class LoadedModel:
+    """Everything inference needs. `model_info` is what an export records to rebuild the rest."""
+
+    model: torch.nn.Module
+    video_tokenizer: object
+    text_tokenizer: object
+    contract: dict
+    model_info: dict
+    diffusion: dict
+    source: dict = field(default_factory=dict)
+    experiment_config: dict | None = None
+
+
+def config_from_dict(data: dict) -> ExperimentConfig:
+    """An ExperimentConfig from `config_to_dict` output (e.g. a run's resolved_config.json).
+    Unknown sections or keys are errors: a silently dropped knob would rebuild a different model."""
+    config = ExperimentConfig()
+    for section, values in data.items():
+        if not hasattr(config, section) or not dataclasses.is_dataclass(getattr(config, section)):
+            raise ConfigError(f"resolved config: {section}", "unknown section", "the run was written by a different wamkit version")
+        target = getattr(config, section)
+        names = {f.name for f in dataclasses.fields(target)}
+        for key, value in values.items():
+            if key not in names:
+                raise ConfigError(f"resolved config: {section}.{key}", "unknown key", "the run was written by a different wamkit version")
+            setattr(target, key, list(value) if isinstance(value, list) else value)
+    return config.validate()
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """A run directory (uses checkpoints/latest), its checkpoints/ directory or one iter_<N>
+    directory -> (iteration dir, run dir)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(str(path), "does not exist", "pass a run directory (runs/<name>) or a checkpoints/iter_<N> directory")
+    if (path / ckpt.COMPLETE_MARKER).exists() or path.name.startswith("iter_"):
+        ckpt.check_complete(path)
+        return path, path.parent.parent
+    checkpoints = path if path.name == "checkpoints" else path / "checkpoints"
+    latest = ckpt.latest_checkpoint(checkpoints)
+    if latest is None:
+        raise CheckpointError(str(path), "has no complete checkpoint (no checkpoints/latest)", "train the run first, or pass an iter_<N> directory")
+    return latest, checkpoints.parent
+
+
+def model_info_from_config(cfg: ExperimentConfig) -> dict:
+    vae = str(Path(cfg.model.vae_path).expanduser().resolve()) if cfg.model.vae_path else ""
+    return {
+        "preset": cfg.model.preset,
+        "mode": cfg.model.mode,
+        "tokenizer": cfg.model.tokenizer,
+        "vae_path": vae,
+        "pixel_spatial_factor": cfg.model.pixel_spatial_factor,
+        "text_tokenizer": "byte" if not cfg.model.text_tokenizer_path else "text_tokenizer",
+        "text_tokenizer_path": cfg.model.text_tokenizer_path,
+        "max_text_tokens": cfg.model.max_text_tokens,
+        "max_action_dim": cfg.model.max_action_dim,
+        "num_domains": cfg.model.num_domains,
+    }
+
+
+def _check_contract(contract: dict, where: str) -> None:
+    missing = [k for k in CONTRACT_KEYS if k not in contract]
+    if missing:
+        raise CheckpointError(where, f"data contract lacks {missing}", "re-save the checkpoint with this wamkit version")
+    if contract["use_state"] and not contract.get("state_normalizer"):
+        raise CheckpointError(where, "data contract has use_state = true but no state_normalizer", "re-save the checkpoint with this wamkit version")
+
+
+def _has_ema(iteration: Path) -> bool:
+    import torch.distributed.checkpoint as dcp
+
+    keys = dcp.FileSystemReader(str(iteration)).read_metadata().state_dict_metadata
+    return any(k == "ema" or k.startswith("ema.") for k in keys)
+
+
+def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu") -> LoadedModel:
+    from wamkit.train.setup import build_model, build_tokenizers, check_vocab
+
+    iteration, run_dir = resolve_checkpoint(path)
+    config_file = run_dir / "resolved_config.json"
+    if not config_file.is_file():
+        raise CheckpointError(str(config_file), "is missing next to the checkpoint", "pass a checkpoint inside its run directory (runs/<name>/checkpoints/iter_<N>)")
+    cfg = config_from_dict(json.loads(config_file.read_text()))
+    marker = json.loads((iteration / ckpt.COMPLETE_MARKER).read_text())
+    contract = marker.get("data_contract")
+    if contract is None:
+        raise CheckpointError(str(iteration / ckpt.COMPLETE_MARKER), "has no data_contract", "re-save the checkpoint with this wamkit version")
+    _check_contract(contract, str(iteration / ckpt.COMPLETE_MARKER))
+    video_tokenizer, text_tokenizer = build_tokenizers(cfg)
+    model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+    check_vocab(model, text_tokenizer)
+    state: dict = {"model": model.state_dict()}
+    if use_ema:
+        if not _has_ema(iteration):
+            raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
+        state["ema"] = {n: torch.empty_like(p, dtype=torch.float32) for n, p in model.named_parameters() if p.requires_grad}
+    ckpt.load_checkpoint(iteration, state)
+    if use_ema:
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for name, value in state["ema"].items():
+                params[name].copy_(value.to(params[name].dtype))
+    model = model.to(device).eval().requires_grad_(False)
+    return LoadedModel(
+        model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=contract,
+        model_info=model_info_from_config(cfg), diffusion=dataclasses.asdict(cfg.diffusion),
+        source={"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"},
+        experiment_config=dataclasses.asdict(cfg),
+    )
+
+
+def read_manifest(directory: str | Path) -> dict:
+    directory = Path(directory).expanduser()
+    manifest = directory / EXPORT_MANIFEST
+    if not manifest.is_file():
+        raise CheckpointError(str(manifest), "is missing", "pass a directory written by wamkit.export.export_run")
+    data = json.loads(manifest.read_text())
+    if data.get("format") != EXPORT_FORMAT or data.get("version") != EXPORT_VERSION:
+        raise CheckpointError(str(manifest), f"format {data.get('format')!r} version {data.get('version')!r} is not {EXPORT_FORMAT!r} v{EXPORT_VERSION}", "re-export with this wamkit version")
+    for key in ("data_contract", "model", "diffusion"):
+        if key not in data:
+            raise CheckpointError(str(manifest), f"has no {key!r} entry", "re-export with this wamkit version")
+    _check_contract(data["data_contract"], str(manifest))
+    return data
+
+
+def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | None = None):
+    """Cosmos3OmniTransformer from a save_pretrained directory. diffusers' from_pretrained needs the
+    `accelerate` package for this class (it keeps time_embedder in fp32); without it, build from
+    config.json and load the safetensors strictly (same weights, same outputs)."""
+    import importlib.util
+
+    from diffusers import Cosmos3OmniTransformer
+    from safetensors.torch import load_file
+
+    transformer_dir = Path(transformer_dir)
+    if use_from_pretrained is None:
+        use_from_pretrained = importlib.util.find_spec("accelerate") is not None
+    if use_from_pretrained:
+        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir))
+    model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
+    files = sorted(transformer_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(str(transformer_dir), "no *.safetensors files found", "re-export the run")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(str(transformer_dir), f"weights do not match config.json: {exc}", "re-export the run") from exc
+    return model
+
+
+def load_from_export(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    directory = Path(directory).expanduser()
+    data = read_manifest(directory)
+    info = data["model"]
+    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]))
+    text_path = "" if info["text_tokenizer"] == "byte" else str(directory / info["text_tokenizer"])
+    text_tokenizer = build_text_tokenizer(text_path, int(info["max_text_tokens"]))
+    transformer_dir = directory / "transformer"
+    if not (transformer_dir / "config.json").is_file():
+        raise CheckpointError(str(transformer_dir), "has no config.json", "re-export the run")
+    model = load_transformer(transformer_dir)
+    if text_tokenizer.vocab_size > model.config.vocab_size:
+        raise CheckpointError(str(directory), "text tokenizer is larger than the model's vocabulary", "re-export the run")
+    model = model.to(device).eval().requires_grad_(False)
+    return LoadedModel(
+        model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=data["data_contract"],
+        model_info=info, diffusion=data["diffusion"], source={**data.get("source", {}), "export": str(directory.resolve())},
+        experiment_config=data.get("experiment_config"),
+    )

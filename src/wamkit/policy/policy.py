@@ -1,0 +1,176 @@
+"""`Policy`: raw observations in, raw action chunks out.
+
+predict() validates each observation, normalizes the state with the run's own statistics (the data
+contract), pads it to max_action_dim, samples normalized actions with the flow sampler, slices the
+real channels and denormalizes them back to robot units."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wamkit.data import Normalizer
+from wamkit.diffusion.flow import resolution_shift
+from wamkit.diffusion.sampling import PolicyInput, sample_policy
+from wamkit.errors import WamkitError
+from wamkit.model.packing import install_packed_attention
+from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
+
+
+class PolicyInputError(WamkitError, ValueError):
+    """An observation passed to Policy.predict is malformed; `where` names the field."""
+
+
+class Policy:
+    def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.video_tokenizer = loaded.video_tokenizer
+        self.text_tokenizer = loaded.text_tokenizer
+        self.contract = loaded.contract
+        self.num_steps = int(num_steps)
+        self.guidance = float(guidance)
+        self.processor = install_packed_attention(self.model)
+        self.action_normalizer = Normalizer.from_state_dict(self.contract["action_normalizer"])
+        state_norm = self.contract.get("state_normalizer")
+        if self.use_state and state_norm is None:
+            raise WamkitError("data contract", "use_state is true but there is no state_normalizer", "re-save the checkpoint")
+        self.state_normalizer = Normalizer.from_state_dict(state_norm) if self.use_state else None
+
+    # ---- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_checkpoint(cls, path_or_run_dir: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
+                        num_steps: int = 10, guidance: float = 1.0) -> "Policy":
+        """A run directory (its latest checkpoint) or one checkpoints/iter_<N> directory."""
+        return cls(load_from_checkpoint(path_or_run_dir, use_ema=use_ema, device=device), num_steps, guidance)
+
+    @classmethod
+    def from_export(cls, directory: str | Path, device: str | torch.device = "cpu", num_steps: int = 10,
+                    guidance: float = 1.0) -> "Policy":
+        """A directory written by wamkit.export.export_run."""
+        return cls(load_from_export(directory, device=device), num_steps, guidance)
+
+    # ---- contract ------------------------------------------------------------------------------
+    @property
+    def chunk_length(self) -> int:
+        return int(self.contract["chunk_length"])
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.contract["action_dim"])
+
+    @property
+    def state_dim(self) -> int:
+        return int(self.contract.get("state_dim") or 0)
+
+    @property
+    def max_action_dim(self) -> int:
+        return int(self.contract["max_action_dim"])
+
+    @property
+    def use_state(self) -> bool:
+        return bool(self.contract["use_state"])
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return list(self.contract.get("camera_keys") or [])
+
+    @property
+    def fps(self) -> float:
+        return float(self.contract["fps"])
+
+    def shift_for(self, frame: torch.Tensor) -> float:
+        """The same noise shift that training used for this frame size."""
+        d = self.loaded.diffusion
+        if d.get("shift", 0.0) > 0:
+            return float(d["shift"])
+        return resolution_shift(frame.shape[0], frame.shape[1], float(d["base_shift"]), int(d["base_resolution"]))
+
+    # ---- inference -----------------------------------------------------------------------------
+    def prepare(self, observations: list[Mapping]) -> list[PolicyInput]:
+        """Validate raw observations and turn them into model-space PolicyInputs."""
+        if isinstance(observations, Mapping) or not isinstance(observations, (list, tuple)):
+            raise PolicyInputError("observations", f"must be a list of dicts, got {type(observations).__name__}",
+                                   "wrap a single observation in a list: predict([obs])")
+        if not observations:
+            raise PolicyInputError("observations", "is empty", "pass at least one observation")
+        return [self._prepare_one(i, obs) for i, obs in enumerate(observations)]
+
+    def _prepare_one(self, i: int, obs) -> PolicyInput:
+        where = f"observations[{i}]"
+        if not isinstance(obs, Mapping):
+            raise PolicyInputError(where, f"must be a dict with 'image', 'state' and 'prompt', got {type(obs).__name__}")
+        frame = self._image(f"{where}['image']", obs.get("image"))
+        state = self._state(f"{where}['state']", obs.get("state")) if self.use_state else None
+        prompt = obs.get("prompt")
+        if prompt is None:
+            raise PolicyInputError(f"{where}['prompt']", "is missing", "pass the task instruction as a string")
+        if not isinstance(prompt, str):
+            raise PolicyInputError(f"{where}['prompt']", f"must be a str, got {type(prompt).__name__}")
+        text = self.contract["prompt_template"].format(task=prompt)
+        return PolicyInput(frame=frame, state=state, prompt=text, chunk_length=self.chunk_length,
+                           action_dim=self.action_dim, domain_id=int(self.contract["domain_id"]))
+
+    def _image(self, where: str, image) -> torch.Tensor:
+        if image is None:
+            raise PolicyInputError(where, "is missing", "pass a uint8 image [H, W, 3] (or [V, H, W, 3] for V cameras)")
+        if isinstance(image, torch.Tensor):
+            image = image.detach().cpu().numpy()
+        if not isinstance(image, np.ndarray):
+            raise PolicyInputError(where, f"must be a numpy array, got {type(image).__name__}")
+        if image.dtype != np.uint8:
+            raise PolicyInputError(where, f"dtype is {image.dtype}, expected uint8", "pass RGB pixels as uint8 in [0, 255]")
+        if image.ndim == 3:
+            image = image[None]
+        if image.ndim != 4 or image.shape[-1] != 3:
+            raise PolicyInputError(where, f"shape is {tuple(image.shape)}, expected [H, W, 3] or [V, H, W, 3]")
+        cameras = self.camera_keys
+        if cameras and image.shape[0] != len(cameras):
+            raise PolicyInputError(where, f"has {image.shape[0]} camera view(s), the model was trained on {len(cameras)} {cameras}",
+                                   "stack the views in this camera order as [V, H, W, 3]")
+        factor = int(getattr(self.video_tokenizer, "spatial_factor", 1))
+        h, w = image.shape[1], image.shape[2]
+        if h == 0 or w == 0 or h % factor or w % factor:
+            raise PolicyInputError(where, f"frame size {h}x{w} is not a positive multiple of the tokenizer's spatial factor {factor}",
+                                   "resize to the training resolution")
+        return torch.from_numpy(np.concatenate(list(image), axis=1).copy())  # cameras side by side, as in training
+
+    def _state(self, where: str, state) -> torch.Tensor:
+        if state is None:
+            raise PolicyInputError(where, "is missing", f"pass the robot state as {self.state_dim} floats in raw units")
+        try:
+            values = np.asarray(state.detach().cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise PolicyInputError(where, f"is not numeric: {exc}") from exc
+        if values.ndim != 1 or values.shape[0] != self.state_dim:
+            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, the model expects [{self.state_dim}]",
+                                   f"pass the {self.contract.get('state_key')!r} vector of one time step")
+        if not np.all(np.isfinite(values)):
+            raise PolicyInputError(where, "contains NaN/inf")
+        normalized = torch.as_tensor(self.state_normalizer.normalize(values), dtype=torch.float32)
+        return torch.nn.functional.pad(normalized, (0, self.max_action_dim - normalized.shape[0]))
+
+    def predict_normalized(self, observations: list[Mapping], seed: int | torch.Generator = 0,
+                           num_steps: int | None = None, guidance: float | None = None) -> torch.Tensor:
+        """Normalized actions [B, T, max_action_dim] (padded channels zero)."""
+        inputs = self.prepare(observations)
+        shifts = {self.shift_for(x.frame) for x in inputs}
+        if len(shifts) > 1:
+            raise PolicyInputError("observations", "images of different sizes in one call", "predict each size separately")
+        generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
+        return sample_policy(
+            self.model, self.processor, self.video_tokenizer, self.text_tokenizer, inputs,
+            num_steps=num_steps or self.num_steps, shift=shifts.pop(), generator=generator, fps=self.fps,
+            guidance=self.guidance if guidance is None else guidance,
+        )
+
+    def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,
+                guidance: float | None = None) -> list[np.ndarray]:
+        """One float32 [T, action_dim] chunk per observation, in raw robot units."""
+        normalized = self.predict_normalized(observations, seed, num_steps, guidance)
+        real = normalized[..., : self.action_dim].double().cpu()
+        raw = self.action_normalizer.denormalize(real)
+        return [chunk.numpy().astype(np.float32) for chunk in raw]
