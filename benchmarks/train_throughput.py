@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from wamkit.model.cosmos3 import PRESETS, build_transformer, set_trainable  # noqa: E402
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout  # noqa: E402
+from wamkit.train.parallel import ParallelDims, build_mesh, init_distributed, parallelize, shutdown  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -142,9 +144,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--fsdp", action="store_true", help="shard with wamkit's parallelize() (automatic under torchrun)")
     args = p.parse_args(argv)
 
-    device = torch.device(args.device)
+    ctx = init_distributed(args.device)
+    device = ctx.device
+    args.fsdp = args.fsdp or ctx.distributed
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     packed_n = dict(item.split("=") for item in args.packed.split(","))
     PRESETS["bench"] = replace(PRESETS[args.width], num_hidden_layers=args.layers)
@@ -153,7 +158,15 @@ def main(argv=None) -> int:
     set_trainable(model, train_text_pathway=False)
     params = sum(p.numel() for p in model.parameters())
     rate = matmul_rate(device, dtype)
-    print(f"device={torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'} torch={torch.__version__} "
+    if args.fsdp:  # bf16 storage as in the single-GPU rows, so the comparison isolates sharding cost
+        knobs = SimpleNamespace(activation_checkpointing="none", compile=args.compile and device.type == "cuda",
+                                param_dtype="bfloat16", reduce_dtype="float32")
+        mesh = build_mesh(ParallelDims(1, ctx.world_size), device)
+        model = parallelize(model, mesh, SimpleNamespace(parallel=knobs))
+        args.baseline = False
+    say = print if ctx.is_main else (lambda *a, **k: None)  # only rank 0 prints the table
+    say(f"world_size={ctx.world_size} fsdp={args.fsdp}")
+    say(f"device={torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'} torch={torch.__version__} "
           f"width={args.width} layers={args.layers} params={params / 1e9:.2f}B bf16_matmul={rate / 1e12:.0f} TFLOP/s")
 
     rows, mfu = [], {}
@@ -161,21 +174,25 @@ def main(argv=None) -> int:
     if args.baseline:  # as-is first: diffusers' own processor, eager
         for key in keys:
             rows.append((SHAPES[key].name, "diffusers as-is, 1 sample", 1, run_case(model, SHAPES[key], 1, False, args, device, dtype)))
-    if args.compile and device.type == "cuda":
+    if args.compile and device.type == "cuda" and not args.fsdp:
         model.compile_repeated_blocks(fullgraph=False, dynamic=False)
     for key in keys:
         n = int(packed_n[key])
         packed = run_case(model, SHAPES[key], n, True, args, device, dtype)
-        rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile else ''})", n, packed))
+        fsdp = f", FSDP2 x{ctx.world_size}" if args.fsdp else ""
+        rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile and device.type == 'cuda' else ''}{fsdp})", n, packed))
         mfu[key] = packed["flops"] / packed["seconds"] / rate if rate == rate else float("nan")
 
-    print(f"| shape | path | samples/fwd | tokens | step ms | samples/s | tokens/s | MFU | peak GiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    say(f"| shape | path | samples/fwd | tokens | step ms | samples/s | tokens/s | MFU | peak GiB |")
+    say("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, path, n, r in rows:
         m = r["flops"] / r["seconds"] / rate if rate == rate else float("nan")
-        print(f"| {name} | {path} | {n} | {r['tokens']} | {r['seconds'] * 1e3:.1f} | {r['samples_per_s']:.2f} | "
+        say(f"| {name} | {path} | {n} | {r['tokens']} | {r['seconds'] * 1e3:.1f} | {r['samples_per_s']:.2f} | "
               f"{r['tokens_per_s']:.0f} | {m:.1%} | {r['peak_gib']:.1f} |")
-    print(" ".join(f"mfu_{k}={v:.3f}" for k, v in mfu.items()))
+    if ctx.distributed:
+        say(f"per-rank rows; total samples/s = {ctx.world_size} x samples/s")
+    say(" ".join(f"mfu_{k}={v:.3f}" for k, v in mfu.items()))
+    shutdown(ctx)
     return 0
 
 
