@@ -1,41 +1,12 @@
-"""Shared fixtures: the generated demo dataset and a recipe factory for short CPU runs."""
+"""Shared fixtures: the generated demo dataset."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from wamkit.data import write_demo_dataset
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_RECIPE = REPO / "recipes" / "demo_tiny.toml"
-
 
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory) -> Path:
     return write_demo_dataset(tmp_path_factory.mktemp("demo") / "reach", num_episodes=12)
-
-
-def quick_overrides(demo_root: Path, output_root: Path, name: str, max_iter: int, save_iter: int) -> list[str]:
-    pairs = {
-        "job.name": name, "job.output_root": str(output_root), "data.path": str(demo_root),
-        "data.generate_demo": "false", "trainer.max_iter": max_iter, "checkpoint.save_iter": save_iter,
-        "trainer.samples_per_step": 4, "trainer.val_every": 0, "trainer.progress_bar": "false",
-        "scheduler.warm_up_steps": "[2]",
-    }
-    out = []
-    for key, value in pairs.items():
-        value = f'"{value}"' if isinstance(value, str) and not value.startswith("[") and value not in ("true", "false") else value
-        out += ["--set", f"{key}={value}"]
-    return out
-
-
-def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    import os
-
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "wamkit.cli", *args], capture_output=True, text=True, env=full_env, cwd=REPO)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"wamkit {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc

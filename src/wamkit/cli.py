@@ -1,4 +1,4 @@
-"""`wamkit` command line: train | data."""
+"""`wamkit` command line: train | data | serve."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     stats.add_argument("--keys", nargs="*", default=[], help="features to cover (default: every numeric feature)")
     stats.add_argument("--overwrite", action="store_true")
 
+    serve = sub.add_parser("serve", help="serve a policy over websockets (openpi protocol; GET /healthz)")
+    serve.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
+    serve.add_argument("--host", default="127.0.0.1", help="use 0.0.0.0 to accept remote clients")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
+    serve.add_argument("--seed", type=int, default=0, help="noise seed of requests that send no 'seed'")
+    serve.add_argument("--batch-window-ms", type=float, default=5.0, help="batch requests arriving within this window")
+    serve.add_argument("--max-batch", type=int, default=16)
+    serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
+    serve.add_argument("--device", default="cpu")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -60,6 +71,12 @@ def _dispatch(args) -> int:
         from wamkit.data.stats import stats_main
 
         return stats_main(args.path, args.keys, args.overwrite)
+    if args.command == "serve":
+        from wamkit.serve import serve_main
+
+        return serve_main(args.path, host=args.host, port=args.port, num_steps=args.num_steps, seed=args.seed,
+                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
+                          max_request_bytes=args.max_request_bytes, device=args.device)
     raise AssertionError(args)
 
 

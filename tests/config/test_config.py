@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import DEMO_RECIPE, run_cli
+from tests.helpers import DEMO_RECIPE, run_cli
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 

@@ -1,6 +1,5 @@
 """export_run: diffusers-format directory that reloads to the same model and the same actions."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -57,7 +56,6 @@ def test_export_layout_and_manifest(exported, run_dir):
     assert not [p for p in exported.parent.iterdir() if p.name.startswith(".tmp_")]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="diffusers' from_pretrained needs accelerate for Cosmos3")
 def test_from_pretrained_loads_the_export_with_equal_outputs(exported, run_dir):
     from diffusers import Cosmos3OmniTransformer
 

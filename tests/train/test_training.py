@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from conftest import DEMO_RECIPE, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli
 from wamkit.model.cosmos3 import build_transformer
 
 

@@ -37,6 +37,14 @@ def load_experiment(recipe: str | Path | None, overrides: list[str] = ()) -> Exp
     return config.validate()
 
 
+def config_from_dict(data: dict, source: str = "resolved config") -> ExperimentConfig:
+    """An ExperimentConfig from `config_to_dict` output (e.g. a run's resolved_config.json), with the
+    same strictness as a recipe: an unknown key means another wamkit version wrote it."""
+    config = ExperimentConfig()
+    _merge(config, data, prefix="", source=source)
+    return config.validate()
+
+
 def _apply_override(raw: dict, item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"--set {item}", "expected KEY=VALUE", "e.g. --set trainer.max_iter=100")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from wamkit.errors import ConfigError
 
-TASK_MODES = ("policy",)
+TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
+SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed` draws from
 NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 TOKENIZER_KINDS = ("pixel", "wan2.2")
@@ -54,11 +55,24 @@ class DataConfig:
 
 
 @dataclass
+class ModeWeights:
+    """Relative weights of the per-sample modes when model.mode = "mixed" (need not sum to 1)."""
+
+    policy: float = 1.0
+    forward_dynamics: float = 1.0
+    inverse_dynamics: float = 0.0
+
+
+@dataclass
 class ModelConfig:
     """Which network and tokenizer to build."""
 
     preset: str = "tiny"  # tiny | nano | edge | super
+    # policy: frame 0 + state row clean, future video + actions noisy | forward_dynamics: frame 0 + all
+    # action rows clean, future video noisy | inverse_dynamics: all video clean, actions noisy |
+    # mixed: one of the three per sample, drawn with `mode_weights`
     mode: str = "policy"
+    mode_weights: ModeWeights = field(default_factory=ModeWeights)
     tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
@@ -143,6 +157,19 @@ class ParallelConfig:
 
 
 @dataclass
+class LoRAConfig:
+    """Low-rank adapters (peft) on the generation attention projections; everything else frozen
+    except, with train_action_pathway, the action heads (action_proj_in/out, action_modality_embed)."""
+
+    enabled: bool = False
+    rank: int = 16
+    alpha: float = 32.0
+    target_modules: list[str] = field(default_factory=lambda: ["add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"])
+    dropout: float = 0.0
+    train_action_pathway: bool = True
+
+
+@dataclass
 class ExperimentConfig:
     job: JobConfig = field(default_factory=JobConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -153,11 +180,13 @@ class ExperimentConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ema: EMAConfig = field(default_factory=EMAConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         _choice("model.mode", self.model.mode, TASK_MODES)
+        self._validate_modes_and_lora()
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
@@ -194,6 +223,34 @@ class ExperimentConfig:
         if not self.data.path:
             raise ConfigError("data.path", "is empty", "set it to a LeRobot v3.0 dataset root")
         return self
+
+    def _validate_modes_and_lora(self) -> None:
+        weights = self.model.mode_weights
+        for name in SAMPLE_MODES:
+            if getattr(weights, name) < 0:
+                raise ConfigError(f"model.mode_weights.{name}", f"{getattr(weights, name)} is negative", "weights are >= 0")
+        if self.model.mode == "mixed" and sum(getattr(weights, n) for n in SAMPLE_MODES) <= 0:
+            raise ConfigError("model.mode_weights", "all weights are 0 while model.mode = 'mixed'", "give at least one mode a positive weight")
+        lora = self.lora
+        if not lora.enabled:
+            return
+        if lora.rank <= 0:
+            raise ConfigError("lora.rank", f"{lora.rank} is not positive", "use e.g. 16")
+        if not lora.target_modules:
+            raise ConfigError("lora.target_modules", "is empty", "e.g. ['add_q_proj', 'add_k_proj', 'add_v_proj', 'to_add_out']")
+        if not 0 <= lora.dropout < 1:
+            raise ConfigError("lora.dropout", f"{lora.dropout} not in [0, 1)", "use 0.0")
+        uses_forward_dynamics = self.model.mode == "forward_dynamics" or (
+            self.model.mode == "mixed" and weights.forward_dynamics > 0
+        )
+        if uses_forward_dynamics and not lora.train_action_pathway:
+            raise ConfigError(
+                "lora.train_action_pathway",
+                "is false while forward dynamics is trained: with the action pathway frozen, forward dynamics "
+                "silently degenerates into first-frame video prediction (the frozen action heads give the "
+                "clean action rows no usable conditioning)",
+                "set lora.train_action_pathway = true, or train another mode",
+            )
 
 
 def _choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -1,8 +1,13 @@
 """The training objective of one step: tokenize, noise, pack, run the network, weigh the losses.
 
-Policy mode (the reference's `wam` mode): the first latent frame and the state row are clean;
-future video latents and the action chunk are noisy. Padded action channels carry neither noise
-nor loss."""
+Modes (which tokens are clean conditioning and which are noisy targets), per sample:
+  policy            (the reference's `wam` mode) first latent frame + state row clean; future video
+                    latents and the action chunk noisy.
+  forward_dynamics  first latent frame + every action row clean; future video noisy; no action loss.
+  inverse_dynamics  every video latent frame + the state row clean; the action chunk noisy; no video loss.
+  mixed             one of the three per sample, drawn with the mode weights from that sample's generator.
+Clean tokens get no noise, no timestep embedding and no loss. Each loss averages over the samples
+that have that modality noisy (0 when none has). Padded action channels carry neither noise nor loss."""
 
 from __future__ import annotations
 
@@ -22,8 +27,25 @@ class StepLosses:
     action: float
 
 
-class PolicyObjective:
-    def __init__(self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float, attention: str = "sdpa"):
+SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
+
+
+class ModeObjective:
+    def __init__(
+        self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float, attention: str = "sdpa",
+        mode: str = "policy", mode_weights=None,
+    ):
+        if mode not in (*SAMPLE_MODES, "mixed"):
+            raise ValueError(f"unknown mode {mode!r}: use one of {[*SAMPLE_MODES, 'mixed']}")
+        self.mode = mode
+        if mode_weights is None:
+            mode_weights = {"policy": 1.0, "forward_dynamics": 1.0, "inverse_dynamics": 0.0}
+        elif not isinstance(mode_weights, dict):  # the schema's ModeWeights dataclass
+            mode_weights = {m: float(getattr(mode_weights, m)) for m in SAMPLE_MODES}
+        self.mode_weights = torch.tensor([float(mode_weights.get(m, 0.0)) for m in SAMPLE_MODES], dtype=torch.float64)
+        if mode == "mixed" and ((self.mode_weights < 0).any() or self.mode_weights.sum() <= 0):
+            raise ValueError(f"mode weights {mode_weights} must be >= 0 with a positive sum")
+        self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
         self.model = model
         self.video_tokenizer = video_tokenizer
         self.text_tokenizer = text_tokenizer
@@ -50,13 +72,28 @@ class PolicyObjective:
             return self.cfg.shift
         return resolution_shift(video.shape[1], video.shape[2], self.cfg.base_shift, self.cfg.base_resolution)
 
-    def __call__(self, samples, generator: torch.Generator) -> StepLosses:
+    def sample_mode(self, generator: torch.Generator) -> str:
+        """A fixed mode draws nothing (the generator stream stays the policy-only one); mixed draws
+        one mode from the sample's own generator, so a resumed run draws the same modes."""
+        if self.mode != "mixed":
+            return self.mode
+        return SAMPLE_MODES[int(torch.multinomial(self.mode_weights, 1, generator=generator))]
+
+    def __call__(self, samples, generators: list[torch.Generator]) -> StepLosses:
+        """One generator per sample, keyed by the sample's global position in the data stream, so
+        the noise a sample gets does not depend on how samples are split across ranks."""
+        if len(generators) != len(samples):
+            raise ValueError(f"{len(samples)} samples but {len(generators)} generators")
         device = next(self.model.parameters()).device
         latents = self.encode_videos([s.video for s in samples])
-        sigmas = sample_sigmas(len(samples), generator, self.shift_for(samples[0].video), self.cfg.logit_mean, self.cfg.logit_std)
+        shift = self.shift_for(samples[0].video)
         sequence, targets = [], []
-        for sample, x0, sigma in zip(samples, latents, sigmas.tolist()):
-            seq, target = self._noised_sequence(sample, x0, sigma, generator)
+        self.last_modes = []
+        for sample, x0, generator in zip(samples, latents, generators):
+            mode = self.sample_mode(generator)
+            self.last_modes.append(mode)
+            sigma = sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item()
+            seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
             sequence.append(_to_device(seq, device))
             targets.append({k: v.to(device) for k, v in target.items()})
         batch = pack_samples(sequence, self.model.config)
@@ -64,24 +101,27 @@ class PolicyObjective:
             out = self.model(**batch.forward_kwargs)
         return self._losses(out, targets, batch, [s.action_mask.to(device) for s in samples])
 
-    def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator):
+    def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy"):
+        # Noise is drawn for every token whatever the mode, so a sample consumes the same random
+        # numbers in every mode; clean positions are then overwritten with their clean values.
         video_noise = torch.randn(x0.shape, generator=generator)
         noisy_video, video_target = add_noise(x0, sigma, video_noise)
-        noisy_video[:, 0] = x0[:, 0]  # the conditioning frame stays clean
+        clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
+        noisy_video[:, clean_frames] = x0[:, clean_frames]
         rows = sample.actions
-        clean_rows: list[int] = []
-        if sample.state is not None:
+        has_state = sample.state is not None
+        if has_state:
             rows = torch.cat([sample.state.unsqueeze(0), rows])
-            clean_rows = [0]
         mask = sample.action_mask.to(rows.dtype)
         action_noise = torch.randn(rows.shape, generator=generator) * mask
         noisy_rows, action_target = add_noise(rows, sigma, action_noise)
+        clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
         noisy_rows[clean_rows] = rows[clean_rows]
         text = self.text_tokenizer.encode(self.prompt_template.format(task=sample.task))
         seq = SequenceSample(
-            text_ids=text, video=noisy_video, actions=noisy_rows, clean_video_frames=[0],
+            text_ids=text, video=noisy_video, actions=noisy_rows, clean_video_frames=clean_frames,
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
-            action_start_frame=0 if clean_rows else 1,
+            action_start_frame=0 if has_state else 1,
         )
         return seq, {"video": video_target, "action": action_target}
 
@@ -89,13 +129,16 @@ class PolicyObjective:
         video_terms, action_terms = [], []
         for i, target in enumerate(targets):
             frames = batch.vision_noisy_frames[i]
-            pred = out.sample[i][0][:, frames]
-            video_terms.append((pred.float() - target["video"][:, frames]).pow(2).mean())
+            if frames:  # samples without noisy video (inverse dynamics) stay out of the video mean
+                pred = out.sample[i][0][:, frames]
+                video_terms.append((pred.float() - target["video"][:, frames]).pow(2).mean())
             rows = batch.action_noisy_rows[i]
-            err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]
-            action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1))
-        video = torch.stack(video_terms).mean()
-        action = torch.stack(action_terms).mean()
+            if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
+                err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]
+                action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1))
+        zero = torch.zeros((), device=out.sample[0].device)
+        video = torch.stack(video_terms).mean() if video_terms else zero
+        action = torch.stack(action_terms).mean() if action_terms else zero
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
         return StepLosses(total=total, video=video.item(), action=action.item())
 
@@ -104,3 +147,7 @@ def _to_device(seq: SequenceSample, device) -> SequenceSample:
     seq.video = seq.video.to(device)
     seq.actions = seq.actions.to(device) if seq.actions is not None else None
     return seq
+
+
+# The original name: a ModeObjective in its default policy mode.
+PolicyObjective = ModeObjective

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from wamkit.config import ExperimentConfig
+from wamkit.config import ExperimentConfig, config_from_dict
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 from wamkit.train import checkpoint as ckpt
@@ -32,22 +32,6 @@ class LoadedModel:
     diffusion: dict
     source: dict = field(default_factory=dict)
     experiment_config: dict | None = None
-
-
-def config_from_dict(data: dict) -> ExperimentConfig:
-    """An ExperimentConfig from `config_to_dict` output (e.g. a run's resolved_config.json).
-    Unknown sections or keys are errors: a silently dropped knob would rebuild a different model."""
-    config = ExperimentConfig()
-    for section, values in data.items():
-        if not hasattr(config, section) or not dataclasses.is_dataclass(getattr(config, section)):
-            raise ConfigError(f"resolved config: {section}", "unknown section", "the run was written by a different wamkit version")
-        target = getattr(config, section)
-        names = {f.name for f in dataclasses.fields(target)}
-        for key, value in values.items():
-            if key not in names:
-                raise ConfigError(f"resolved config: {section}.{key}", "unknown key", "the run was written by a different wamkit version")
-            setattr(target, key, list(value) if isinstance(value, list) else value)
-    return config.validate()
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:

@@ -24,21 +24,39 @@ def iteration_dir(checkpoints_dir: Path, step: int) -> Path:
     return checkpoints_dir / f"iter_{step:09d}"
 
 
-def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None) -> Path:
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None, ctx=None) -> Path:
+    """Every rank writes its shards (DCP); rank 0 alone creates, completes and publishes the
+    directory. `ctx` is the DistContext of a torchrun job, None for one process."""
+    from wamkit.train.parallel import barrier
+
+    main = ctx is None or ctx.is_main
     final = iteration_dir(checkpoints_dir, step)
-    tmp = checkpoints_dir / f".tmp_{final.name}_{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = checkpoints_dir / f".tmp_{final.name}"
+    if main:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    _barrier(ctx)
     dcp.save(state, checkpoint_id=str(tmp))
-    (tmp / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
-    _fsync_dir(tmp)
-    maybe_kill(KILL_DURING_SAVE, step)
-    if final.exists():  # re-saving the same step (e.g. after a crash right before `latest` moved)
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(checkpoints_dir)
-    _write_latest(checkpoints_dir, final.name)
+    _barrier(ctx)
+    if main:
+        (tmp / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
+        _fsync_dir(tmp)
+        maybe_kill(KILL_DURING_SAVE, step)
+        if final.exists():  # re-saving the same step (e.g. after a crash right before `latest` moved)
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(checkpoints_dir)
+        _write_latest(checkpoints_dir, final.name)
+    _barrier(ctx)
     return final
+
+
+def _barrier(ctx) -> None:
+    if ctx is not None:
+        from wamkit.train.parallel import barrier
+
+        barrier(ctx)
 
 
 def _write_latest(checkpoints_dir: Path, name: str) -> None:

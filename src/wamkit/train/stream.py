@@ -24,15 +24,19 @@ class SampleOrder:
         return self.epoch(e)[offset]
 
 
-class _FromPosition(Sampler[int]):
-    def __init__(self, order: SampleOrder, start: int):
-        self.order, self.start = order, start
+class _RankSlice(Sampler[int]):
+    """This rank's share of the stream from `start`: of every `batch * world` consecutive positions,
+    rank r reads the r-th block of `batch`. With world 1 it is the stream itself."""
+
+    def __init__(self, order: SampleOrder, start: int, batch: int, rank: int, world: int):
+        self.order, self.start, self.batch, self.rank, self.world = order, start, batch, rank, world
 
     def __iter__(self):
-        position = self.start
+        block = self.start + self.rank * self.batch
         while True:
-            yield self.order.index(position)
-            position += 1
+            for j in range(self.batch):
+                yield self.order.index(block + j)
+            block += self.batch * self.world
 
 
 class _Transformed(Dataset):
@@ -46,10 +50,10 @@ class _Transformed(Dataset):
         return self.transform(self.windows[i])
 
 
-def batch_stream(windows: Dataset, transform, order: SampleOrder, start: int, batch_size: int, num_workers: int):
-    """Infinite iterator of lists of TrainingSamples, beginning at sample position `start`."""
+def batch_stream(windows: Dataset, transform, order: SampleOrder, start: int, batch_size: int, num_workers: int, rank: int = 0, world: int = 1):
+    """Infinite iterator of lists of TrainingSamples for this rank, from global position `start`."""
     loader = DataLoader(
-        _Transformed(windows, transform), batch_size=batch_size, sampler=_FromPosition(order, start),
+        _Transformed(windows, transform), batch_size=batch_size, sampler=_RankSlice(order, start, batch_size, rank, world),
         num_workers=num_workers, collate_fn=list, persistent_workers=num_workers > 0,
         prefetch_factor=2 if num_workers > 0 else None,
     )

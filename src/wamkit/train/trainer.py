@@ -15,11 +15,13 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 from wamkit.config import config_to_dict, format_config
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError
+from wamkit.model.lora import prepare_trainable
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
+from wamkit.train.parallel import all_reduce_mean, barrier, build_mesh, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
@@ -38,14 +40,19 @@ def attention_backend(choice: str, device: torch.device) -> str:
     return choice
 
 
-def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
-    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 64 + micro)
+def sample_generator(seed: int, position: int) -> torch.Generator:
+    """Noise of the sample at global stream `position`: independent of rank count and batching."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + position)
+
+
+VALIDATION_OFFSET = 1 << 40  # validation noise never collides with training positions
 
 
 class Trainer:
     def __init__(self, cfg, device: str = "cpu"):
         self.cfg = cfg
-        self.device = torch.device(device)
+        self.ctx = init_distributed(device)
+        self.device = self.ctx.device
         self.run_dir = cfg.job.run_dir()
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
@@ -53,15 +60,26 @@ class Trainer:
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, self.device)
         check_vocab(self.model, self.text_tokenizer)
+        self.latest = self._find_latest()
+        self.init_note = self._load_base_if_fresh()
+        self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
+        dims = parallel_dims(cfg, self.ctx.world_size)
+        mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
+        self.model = parallelize(self.model, mesh, cfg)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
-            attention_backend(cfg.model.attention, self.device),
+            attention_backend(cfg.model.attention, self.device), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
         )
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.model, cfg.ema.beta, cfg.ema.warmup) if cfg.ema.enabled else None
         self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
         self.step = 0
+        self.consumed = 0  # samples consumed by all ranks: the data position
+
+    @property
+    def global_micro_batch(self) -> int:
+        return self.cfg.trainer.samples_per_step * self.ctx.world_size
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -69,26 +87,32 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": get_optimizer_state_dict(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
-            "trainer": {"step": self.step, "consumed_samples": self.consumed_samples()},
+            "trainer": {"step": self.step, "consumed_samples": self.consumed},
             "rng": {"torch": torch.get_rng_state()},
         }
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
         return state
 
-    def consumed_samples(self) -> int:
-        return self.step * self.cfg.trainer.samples_per_step * self.cfg.trainer.grad_accum_iter
+    def _find_latest(self) -> Path | None:
+        if self.ctx.is_main:
+            ckpt.remove_stale_temporaries(self.checkpoints_dir)
+        barrier(self.ctx)
+        return ckpt.latest_checkpoint(self.checkpoints_dir)
+
+    def _load_base_if_fresh(self) -> str:
+        """Base weights load into the plain model, before sharding; a resume loads later, sharded."""
+        if self.latest is not None:
+            return ""
+        if self.cfg.checkpoint.load_path:
+            kind = load_base_weights(self.model, self.cfg)
+            return f"fresh run from base weights ({kind}) {self.cfg.checkpoint.load_path}"
+        return "fresh run from random initialisation"
 
     def resume_or_init(self) -> str:
-        ckpt.remove_stale_temporaries(self.checkpoints_dir)
-        latest = ckpt.latest_checkpoint(self.checkpoints_dir)
+        latest = self.latest
         if latest is None:
-            if self.cfg.checkpoint.load_path:
-                kind = load_base_weights(self.model, self.cfg)
-                if self.ema is not None:  # the average starts from the loaded weights
-                    self.ema = EMA(self.model, self.cfg.ema.beta, self.cfg.ema.warmup)
-                return f"fresh run from base weights ({kind}) {self.cfg.checkpoint.load_path}"
-            return "fresh run from random initialisation"
+            return self.init_note
         self._check_same_recipe(latest)
         state = self.state()
         ckpt.load_checkpoint(latest, state)
@@ -98,6 +122,7 @@ class Trainer:
             self.ema.load_state_dict(state["ema"])
         torch.set_rng_state(state["rng"]["torch"])
         self.step = int(state["trainer"]["step"])
+        self.consumed = int(state["trainer"]["consumed_samples"])
         return f"resumed {latest} at step {self.step}"
 
     def _check_same_recipe(self, latest: Path) -> None:
@@ -118,25 +143,34 @@ class Trainer:
             )
 
     def save(self) -> Path:
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), {"data_contract": self.data.contract})
-        ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
+        metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size}
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        if self.ctx.is_main:
+            ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
 
     # ---- loop --------------------------------------------------------------------------------
     def train(self) -> dict:
         cfg = self.cfg.trainer
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        main = self.ctx.is_main
         how = self.resume_or_init()
-        (self.run_dir / "config.toml").write_text(format_config(self.cfg))
-        (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
-        (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
-        print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}", flush=True)
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(format_config(self.cfg))
+            (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
+            (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
+            print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}\n[wamkit] world size {self.ctx.world_size}, "
+                  f"global batch {self.global_micro_batch * cfg.grad_accum_iter} samples/step", flush=True)
         if self.step >= cfg.max_iter:
-            print(f"[wamkit] run already at max_iter={cfg.max_iter}; nothing to do")
+            if main:
+                print(f"[wamkit] run already at max_iter={cfg.max_iter}; nothing to do")
             return self.summary()
-        logger = MetricsLogger(self.run_dir, self.step)
-        stream = batch_stream(self.data.train_windows, self.data.transform, self.order, self.consumed_samples(), cfg.samples_per_step, self.cfg.data.num_workers)
-        bar = _progress(cfg.max_iter, self.step, cfg.progress_bar)
+        logger = MetricsLogger(self.run_dir, self.step) if main else None
+        stream = batch_stream(
+            self.data.train_windows, self.data.transform, self.order, self.consumed, cfg.samples_per_step,
+            self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size,
+        )
+        bar = _progress(cfg.max_iter, self.step, cfg.progress_bar and main)
         self.model.train()
         try:
             while self.step < cfg.max_iter:
@@ -144,10 +178,12 @@ class Trainer:
                 record = self.train_step(stream)
                 self.step += 1
                 record["samples_per_s"] = cfg.samples_per_step * cfg.grad_accum_iter / (time.perf_counter() - t0)
-                if self.step % cfg.log_every == 0 or self.step == cfg.max_iter:
+                if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
                 if cfg.val_every and self.step % cfg.val_every == 0 and self.data.val_windows is not None:
-                    logger.log({"step": self.step, "val_loss": self.validate()})
+                    val_loss = self.validate()
+                    if main:
+                        logger.log({"step": self.step, "val_loss": val_loss})
                 if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
                     self.save()
                     maybe_kill(KILL_AFTER_SAVE, self.step)
@@ -155,24 +191,34 @@ class Trainer:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}")
         finally:
             bar.close()
-            logger.close()
+            if logger is not None:
+                logger.close()
         return self.summary()
 
     def train_step(self, stream) -> dict:
         cfg = self.cfg.trainer
         self.optimizer.zero_grad(set_to_none=True)
         totals = {"loss": 0.0, "video_loss": 0.0, "action_loss": 0.0}
-        for micro in range(cfg.grad_accum_iter):
+        for _ in range(cfg.grad_accum_iter):
             samples = next(stream)
-            losses = self.objective(samples, step_generator(self.cfg.job.seed, self.step, micro))
+            first = self.consumed + self.ctx.rank * cfg.samples_per_step
+            generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
+            losses = self.objective(samples, generators)
             (losses.total / cfg.grad_accum_iter).backward()
+            self.consumed += self.global_micro_batch
             totals["loss"] += losses.total.item() / cfg.grad_accum_iter
             totals["video_loss"] += losses.video / cfg.grad_accum_iter
             totals["action_loss"] += losses.action / cfg.grad_accum_iter
+        totals = {k: all_reduce_mean(v, self.ctx) for k, v in totals.items()}
         if not math.isfinite(totals["loss"]):
             raise FloatingPointError(f"loss is {totals['loss']} at step {self.step}; check the data stats and learning rate")
         params = [p for p in self.model.parameters() if p.requires_grad]
+        for p in params:  # a head unused this step (no noisy action rows / video frames: forward / inverse dynamics)
+            if p.grad is None:  # gets a zero gradient, so every trainable parameter has optimizer state and resume stays exact
+                p.grad = torch.zeros_like(p)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.scheduler.step()
         if self.ema is not None:
@@ -190,7 +236,9 @@ class Trainer:
         losses = []
         chunk = self.cfg.trainer.samples_per_step
         for start in range(0, count, chunk):
-            losses.append(self.objective(samples[start : start + chunk], step_generator(self.cfg.job.seed, -1, start)).total.item())
+            batch = samples[start : start + chunk]
+            generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
+            losses.append(self.objective(batch, generators).total.item())
         self.model.train()
         return sum(losses) / len(losses)
 

@@ -1,0 +1,142 @@
+"""Latency of `wamkit serve` per action chunk, for 1 and 8 concurrent clients.
+
+    python benchmarks/serve_latency.py [--export DIR] [--requests 20] [--clients 1,8] [--num-steps 10]
+
+Without --export it trains and exports the tiny demo policy in a temporary directory first (~10 s on
+CPU). The server runs in this process on 127.0.0.1 (ephemeral port); every client is a websocket
+connection (openpi-client when installed, else the same protocol from wamkit.serve.protocol) that
+sends N requests back to back. Prints a markdown table of client-side latency per chunk."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def tiny_export(tmp: Path) -> Path:
+    from wamkit.config import load_experiment
+    from wamkit.data import write_demo_dataset
+    from wamkit.export import export_run
+    from wamkit.train.trainer import Trainer
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo_tiny.toml"
+    root = write_demo_dataset(tmp / "reach", num_episodes=8)
+    overrides = {
+        "job.name": '"bench"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"', "data.generate_demo": "false",
+        "trainer.max_iter": "4", "checkpoint.save_iter": "4", "trainer.samples_per_step": "2",
+        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
+    }
+    Trainer(load_experiment(recipe, [f"{k}={v}" for k, v in overrides.items()])).train()
+    return export_run(tmp / "bench", tmp / "export")
+
+
+class _Client:
+    def __init__(self, port: int):
+        try:
+            from openpi_client.websocket_client_policy import WebsocketClientPolicy
+
+            self._client = WebsocketClientPolicy("127.0.0.1", port)
+            self.metadata = self._client.get_server_metadata()
+            self.infer = self._client.infer
+            self.close = self._client._ws.close
+        except ImportError:
+            import websockets.sync.client
+
+            from wamkit.serve.protocol import packb, unpackb
+
+            self._ws = websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None)
+            self.metadata = unpackb(self._ws.recv())
+
+            def infer(obs):
+                self._ws.send(packb(obs))
+                reply = self._ws.recv()
+                if isinstance(reply, str):
+                    raise RuntimeError(reply)
+                return unpackb(reply)
+
+            self.infer = infer
+            self.close = self._ws.close
+
+
+def observation(meta: dict, rng: np.random.Generator, size: int) -> dict:
+    images = {cam: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for cam in meta["camera_keys"]}
+    return {"images": images, "state": rng.uniform(0.2, 0.8, meta["state_dim"]), "prompt": "move to the green target"}
+
+
+def measure(port: int, clients: int, requests: int, size: int) -> tuple[list[float], list[int]]:
+    conns = [_Client(port) for _ in range(clients)]
+    latencies: list[float] = []
+    batch_sizes: list[int] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients)
+
+    def run(i: int) -> None:
+        rng = np.random.default_rng(i)
+        obs = [observation(conns[i].metadata, rng, size) for _ in range(requests)]
+        barrier.wait()
+        for o in obs:
+            start = time.perf_counter()
+            reply = conns[i].infer(o)
+            elapsed = (time.perf_counter() - start) * 1e3
+            with lock:
+                latencies.append(elapsed)
+                batch_sizes.append(int(reply["server_timing"]["batch_size"]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in conns:
+        c.close()
+    return latencies, batch_sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--export", help="export (or run) directory; default: train + export the tiny demo policy")
+    parser.add_argument("--requests", type=int, default=20, help="requests per client")
+    parser.add_argument("--clients", default="1,8", help="comma-separated concurrency levels")
+    parser.add_argument("--num-steps", type=int, default=10)
+    parser.add_argument("--batch-window-ms", type=float, default=5.0)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    from wamkit.serve import PolicyServer, load_policy
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.export) if args.export else tiny_export(Path(tmp))
+        policy = load_policy(path, device=args.device, num_steps=args.num_steps)
+        server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
+                              batch_window_ms=args.batch_window_ms).start_in_thread()
+        try:
+            measure(server.port, 1, args.warmup, args.image_size)
+            rows = []
+            for clients in (int(c) for c in args.clients.split(",")):
+                t0 = time.perf_counter()
+                lat, sizes = measure(server.port, clients, args.requests, args.image_size)
+                wall = time.perf_counter() - t0
+                rows.append((clients, len(lat), np.percentile(lat, 50), np.percentile(lat, 99), float(np.mean(sizes)), len(lat) / wall))
+        finally:
+            server.stop()
+            server.join(30)
+    meta_line = (f"model: {path if args.export else 'tiny demo export'}, device {args.device}, "
+                 f"denoising steps {args.num_steps}, chunk {policy.chunk_length}x{policy.action_dim}, "
+                 f"image {args.image_size}x{args.image_size}, batch window {args.batch_window_ms} ms")
+    print(meta_line + "\n")
+    print("| clients | requests | denoising steps | p50 ms/chunk | p99 ms/chunk | mean batch | chunks/s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for clients, n, p50, p99, batch, rate in rows:
+        print(f"| {clients} | {n} | {args.num_steps} | {p50:.1f} | {p99:.1f} | {batch:.2f} | {rate:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,359 @@
+"""`wamkit serve`: a websocket policy server speaking openpi's protocol around `wamkit.policy.Policy`.
+
+One connection = one client. On connect the server sends a metadata dict (the data contract summary);
+then every binary message is a request dict and gets one reply: a dict with `action` (float32
+[chunk_length, action_dim], raw robot units) and `server_timing`, or, when the request is bad, a text
+message naming the problem (openpi's client raises it as RuntimeError) - the connection stays open.
+
+Requests that arrive within `batch_window_ms` of each other (from any connections) run as one
+batched sampling call in a worker thread, so the event loop keeps accepting while the model runs.
+`GET /healthz` on the same port answers 200 "ok". See docs/serving.md for the request keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wamkit.diffusion.sampling import sample_policy
+from wamkit.errors import WamkitError
+from wamkit.policy.policy import Policy, PolicyInputError
+from wamkit.serve.protocol import ProtocolError, error_text, packb, unpackb
+
+log = logging.getLogger("wamkit.serve")
+
+PROTOCOL = "openpi-msgpack-numpy"
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+HARD_LIMIT_FACTOR = 2  # messages above factor * max_request_bytes close the connection (code 1009)
+
+IMAGE_KEYS = ("image", "observation/image")
+STATE_KEYS = ("state", "observation/state")
+REQUEST_KEYS = ("images", *IMAGE_KEYS, *STATE_KEYS, "prompt", "seed")
+
+
+# ---- request -> Policy observation ------------------------------------------------------------
+
+def _short_camera_name(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _one_of(request: Mapping, names: tuple[str, ...]):
+    present = [n for n in names if n in request]
+    if len(present) > 1:
+        raise ProtocolError(f"request[{present[1]!r}]", f"given together with {present[0]!r}", "send only one of them")
+    return (present[0], request[present[0]]) if present else (names[0], None)
+
+
+def observation_from_request(request: Any, camera_keys: list[str], use_state: bool = True) -> tuple[dict, int | None]:
+    """A request dict -> (Policy observation {'image', 'state', 'prompt'}, seed or None).
+
+    Images: `images` = {camera_key: uint8 [H, W, 3]} (contract keys, or their last dotted part,
+    e.g. 'front' for 'observation.images.front'), or `image` / `observation/image` = uint8 [H, W, 3]
+    or [V, H, W, 3] in contract camera order. State: `state` / `observation/state`. Prompt: `prompt`.
+    Optional `seed` (int) overrides the server's seed for this request."""
+    if not isinstance(request, Mapping):
+        raise ProtocolError("request", f"must be a dict (msgpack map), got {type(request).__name__}",
+                            f"send a dict with keys from {list(REQUEST_KEYS)}")
+    unknown = [k for k in request if k not in REQUEST_KEYS]
+    if unknown:
+        raise ProtocolError(f"request[{unknown[0]!r}]", "is not a request key", f"use keys from {list(REQUEST_KEYS)}")
+    image_key, image = _one_of(request, IMAGE_KEYS)
+    if "images" in request:
+        if image is not None:
+            raise ProtocolError("request['images']", f"given together with {image_key!r}", "send only one of them")
+        image = _stack_cameras(request["images"], camera_keys)
+    elif image is None:
+        raise ProtocolError("request['image']", "is missing",
+                            f"send `images` = {{camera: uint8 [H, W, 3]}} for cameras {camera_keys} or `observation/image`")
+    state_key, state = _one_of(request, STATE_KEYS)
+    if use_state:
+        if state is None:
+            raise ProtocolError("request['state']", "is missing", "send the robot state (`state` or `observation/state`) in raw units")
+        if not isinstance(state, (np.ndarray, list, tuple)) or isinstance(state, np.ndarray) and state.dtype.kind not in "iuf":
+            raise ProtocolError(f"request[{state_key!r}]", f"must be a numeric array, got {type(state).__name__}")
+    seed = request.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63):
+        raise ProtocolError("request['seed']", f"must be a non-negative int, got {seed!r}")
+    obs = {"image": image, "state": state, "prompt": request.get("prompt")}
+    return obs, None if seed is None else int(seed)
+
+
+def _stack_cameras(images: Any, camera_keys: list[str]) -> np.ndarray:
+    if not isinstance(images, Mapping):
+        raise ProtocolError("request['images']", f"must be a dict {{camera_key: image}}, got {type(images).__name__}")
+    by_name: dict[str, Any] = {}
+    for key, value in images.items():
+        matches = [c for c in camera_keys if key in (c, _short_camera_name(c))]
+        if not matches:
+            raise ProtocolError(f"request['images'][{key!r}]", f"is not a camera of this model {camera_keys}",
+                                "send exactly the model's cameras (full key or its last part)")
+        if matches[0] in by_name:
+            raise ProtocolError(f"request['images'][{key!r}]", f"camera {matches[0]!r} given twice")
+        by_name[matches[0]] = value
+    missing = [c for c in camera_keys if c not in by_name]
+    if missing:
+        raise ProtocolError(f"request['images'][{missing[0]!r}]", "is missing", f"send every camera of {camera_keys}")
+    views = []
+    for cam in camera_keys:
+        view = by_name[cam]
+        if not isinstance(view, np.ndarray) or view.ndim != 3 or view.shape[-1] != 3 or view.dtype != np.uint8:
+            desc = f"{view.dtype} {tuple(view.shape)}" if isinstance(view, np.ndarray) else type(view).__name__
+            raise ProtocolError(f"request['images'][{cam!r}]", f"is {desc}, expected a uint8 array [H, W, 3]")
+        views.append(view)
+    if len({v.shape for v in views}) > 1:
+        raise ProtocolError("request['images']", f"cameras have different shapes {[v.shape for v in views]}",
+                            "resize every camera to the training resolution")
+    return np.stack(views)
+
+
+def _rename(exc: PolicyInputError) -> ProtocolError:
+    where = exc.where.replace("observations[0]", "request")
+    return ProtocolError(where, exc.problem, exc.fix)
+
+
+# ---- batched inference ------------------------------------------------------------------------
+
+def predict_batch(policy: Policy, observations: list[dict], seeds: list[int], num_steps: int | None = None
+                  ) -> list[np.ndarray | Exception]:
+    """Raw action chunks for several observations with ONE sampling call per frame size.
+
+    Each observation gets its own generator seeded with its seed, so a request's actions do not
+    depend on which other requests share its batch (equal to `policy.predict([obs], seed)` up to
+    float reordering). Invalid observations get their exception; the rest still run."""
+    results: list[np.ndarray | Exception | None] = [None] * len(observations)
+    groups: dict[tuple, list[tuple[int, Any]]] = {}
+    for i, obs in enumerate(observations):
+        try:
+            inp = policy.prepare([obs])[0]
+        except PolicyInputError as exc:
+            results[i] = _rename(exc)
+            continue
+        groups.setdefault((tuple(inp.frame.shape), policy.shift_for(inp.frame)), []).append((i, inp))
+    for (_, shift), members in groups.items():
+        try:
+            normalized = sample_policy(
+                policy.model, policy.processor, policy.video_tokenizer, policy.text_tokenizer, [inp for _, inp in members],
+                num_steps=num_steps or policy.num_steps, shift=shift, fps=policy.fps, guidance=policy.guidance,
+                generator=[torch.Generator().manual_seed(seeds[i]) for i, _ in members],
+            )
+            raw = policy.action_normalizer.denormalize(normalized[..., : policy.action_dim].double().cpu())
+            for (i, _), chunk in zip(members, raw):
+                results[i] = chunk.numpy().astype(np.float32)
+        except Exception as exc:  # a failing batch must not take the server down
+            log.exception("inference failed")
+            for i, _ in members:
+                results[i] = exc
+    return results  # type: ignore[return-value]
+
+
+def metadata(policy: Policy, num_steps: int, seed: int, max_request_bytes: int, batch_window_ms: float) -> dict:
+    """The dict sent on connect: what a client needs to build requests and read replies."""
+    c = policy.contract
+    return {
+        "server": "wamkit", "protocol": PROTOCOL,
+        "action_dim": policy.action_dim, "chunk_length": policy.chunk_length, "fps": policy.fps,
+        "camera_keys": policy.camera_keys, "state_dim": policy.state_dim, "use_state": policy.use_state,
+        "state_key": c.get("state_key"), "action_key": c.get("action_key"),
+        "max_action_dim": policy.max_action_dim, "domain_name": c.get("domain_name"), "domain_id": int(c["domain_id"]),
+        "prompt_template": c["prompt_template"], "num_steps": int(num_steps), "guidance": policy.guidance, "seed": int(seed),
+        "spatial_factor": int(getattr(policy.video_tokenizer, "spatial_factor", 1)),
+        "max_request_bytes": int(max_request_bytes), "batch_window_ms": float(batch_window_ms),
+        "request_keys": list(REQUEST_KEYS), "source": dict(policy.loaded.source),
+    }
+
+
+@dataclasses.dataclass
+class _Pending:
+    obs: dict
+    seed: int
+    future: asyncio.Future
+    enqueued: float
+
+
+@dataclasses.dataclass
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    batch_window_ms: float = 5.0
+    max_batch: int = 16
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    num_steps: int | None = None  # None: the policy's own num_steps
+    seed: int = 0
+    max_requests: int | None = None  # stop after this many requests (tests, benchmarks)
+
+
+class PolicyServer:
+    """Serve `policy`. `serve()` runs until `stop()`; `start_in_thread()` runs it in a daemon thread."""
+
+    def __init__(self, policy: Policy, config: ServeConfig | None = None, **overrides):
+        self.policy = policy
+        self.config = dataclasses.replace(config or ServeConfig(), **overrides)
+        if self.config.max_request_bytes < 1024:
+            raise WamkitError("--max-request-bytes", f"is {self.config.max_request_bytes}", "allow at least 1024 bytes")
+        if self.config.batch_window_ms < 0 or self.config.max_batch < 1:
+            raise WamkitError("--batch-window-ms / max_batch", "must be >= 0 and >= 1")
+        self.num_steps = int(self.config.num_steps or policy.num_steps)
+        self.predict_batch: Callable[..., list] = predict_batch  # replaceable (tests count calls)
+        self.stats = {"requests": 0, "errors": 0, "batches": 0, "max_batch_size": 0}
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._queue: asyncio.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._metadata = packb(metadata(policy, self.num_steps, self.config.seed, self.config.max_request_bytes,
+                                        self.config.batch_window_ms))
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    async def serve(self) -> None:
+        from websockets.asyncio.server import serve
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._queue = asyncio.Queue()
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="wamkit-infer")
+        batcher = asyncio.create_task(self._batch_loop(executor))
+        try:
+            async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
+                             max_size=HARD_LIMIT_FACTOR * self.config.max_request_bytes, compression=None) as server:
+                self.port = server.sockets[0].getsockname()[1]
+                log.info("wamkit serve: listening on ws://%s:%d (healthz: http://%s:%d/healthz)",
+                         self.config.host, self.port, self.config.host, self.port)
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            batcher.cancel()
+            executor.shutdown(wait=True)
+            self._ready.set()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def start_in_thread(self, timeout: float = 30.0) -> "PolicyServer":
+        def run():
+            try:
+                asyncio.run(self.serve())
+            except BaseException as exc:  # surfaced by start_in_thread / join
+                self._error = exc
+                self._ready.set()
+
+        self._thread = threading.Thread(target=run, name="wamkit-serve", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self.port is None:
+            raise WamkitError("wamkit serve", f"did not start: {self._error!r}", "check the host/port")
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- HTTP and websocket handlers ------------------------------------------------------------
+    def _process_request(self, connection, request):
+        if request.path == "/healthz":
+            return connection.respond(HTTPStatus.OK, "ok\n")
+        return None
+
+    async def _handle(self, websocket) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await websocket.send(self._metadata)
+            async for message in websocket:
+                received = time.perf_counter()
+                reply = await self._answer(message, received)
+                await websocket.send(reply)
+                self.stats["requests"] += 1
+                if self.config.max_requests is not None and self.stats["requests"] >= self.config.max_requests:
+                    self._stop.set()
+                    break
+        except ConnectionClosed:
+            pass
+
+    async def _answer(self, message, received: float) -> bytes | str:
+        try:
+            if isinstance(message, str):
+                raise ProtocolError("request", "is a text message", "send msgpack bytes (openpi_client.msgpack_numpy.packb)")
+            if len(message) > self.config.max_request_bytes:
+                raise ProtocolError("request", f"is {len(message)} bytes, over the server's limit of "
+                                    f"{self.config.max_request_bytes} bytes (--max-request-bytes)",
+                                    "send smaller images (the training resolution) or raise --max-request-bytes")
+            obs, seed = observation_from_request(unpackb(message), self.policy.camera_keys, self.policy.use_state)
+            future = self._loop.create_future()
+            await self._queue.put(_Pending(obs, self.config.seed if seed is None else seed, future, received))
+            result, infer_ms, batch_size = await future
+            if isinstance(result, BaseException):
+                raise result
+        except Exception as exc:
+            self.stats["errors"] += 1
+            return error_text(exc)
+        total_ms = (time.perf_counter() - received) * 1e3
+        return packb({"action": result, "server_timing": {"infer_ms": infer_ms, "total_ms": total_ms, "batch_size": batch_size}})
+
+    async def _batch_loop(self, executor) -> None:
+        window = self.config.batch_window_ms / 1e3
+        while True:
+            batch = [await self._queue.get()]
+            deadline = self._loop.time() + window
+            while len(batch) < self.config.max_batch:
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                    continue
+                remaining = deadline - self._loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                except TimeoutError:
+                    break
+            start = time.perf_counter()
+            try:
+                results = await self._loop.run_in_executor(
+                    executor, self.predict_batch, self.policy, [p.obs for p in batch], [p.seed for p in batch], self.num_steps)
+            except Exception as exc:
+                results = [exc] * len(batch)
+            infer_ms = (time.perf_counter() - start) * 1e3
+            self.stats["batches"] += 1
+            self.stats["max_batch_size"] = max(self.stats["max_batch_size"], len(batch))
+            for pending, result in zip(batch, results):
+                if not pending.future.done():
+                    pending.future.set_result((result, infer_ms, len(batch)))
+
+
+# ---- entry point ------------------------------------------------------------------------------
+
+def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True) -> Policy:
+    """An export directory (has wamkit.json) or a run / checkpoint directory."""
+    from wamkit.policy.loading import EXPORT_MANIFEST
+
+    path = Path(path).expanduser()
+    if (path / EXPORT_MANIFEST).is_file():
+        return Policy.from_export(path, device=device, num_steps=num_steps)
+    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps)
+
+
+def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
+               batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+               device: str = "cpu") -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection / health check
+    policy = load_policy(path, device=device, num_steps=num_steps)
+    server = PolicyServer(policy, ServeConfig(host=host, port=port, batch_window_ms=batch_window_ms, max_batch=max_batch,
+                                              max_request_bytes=max_request_bytes, num_steps=num_steps, seed=seed))
+    try:
+        asyncio.run(server.serve())
+    except KeyboardInterrupt:
+        pass
+    return 0

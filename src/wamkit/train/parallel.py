@@ -1,0 +1,119 @@
+"""torch.distributed for wamkit: process-group setup under torchrun, the (dp_replicate, dp_shard)
+device mesh, and one `parallelize()` that applies activation checkpointing, per-layer compile and
+FSDP2 to a plain model. Parallelism never leaks into model code.
+
+Launch: `torchrun --nproc-per-node=N -m wamkit.cli train RECIPE` (multi-node: add torchrun's
+`--nnodes`, `--node-rank`, `--rdzv-endpoint`; set parallel.data_parallel_replicate_degree to the
+node count for HSDP)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from wamkit.errors import ConfigError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    dp_replicate: int
+    dp_shard: int
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str) -> DistContext:
+    """Join the torchrun process group when there is one; a plain run is world size 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", device_id=dev if dev.type == "cuda" else None)
+    return DistContext(rank, world, local_rank, dev)
+
+
+def parallel_dims(cfg, world_size: int) -> ParallelDims:
+    replicate = cfg.parallel.data_parallel_replicate_degree
+    if replicate < 1 or world_size % replicate:
+        raise ConfigError(
+            "parallel.data_parallel_replicate_degree", f"{replicate} does not divide the world size {world_size}",
+            "use the number of nodes (HSDP: replicate across nodes, shard inside a node) or 1",
+        )
+    return ParallelDims(replicate, world_size // replicate)
+
+
+def build_mesh(dims: ParallelDims, device: torch.device):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dims.dp_replicate, dims.dp_shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
+def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
+    """Activation checkpointing, then compile, then FSDP2 per decoder layer and at the root.
+
+    Parameters are kept in fp32 (the master copy the optimizer updates); compute runs in
+    `parallel.param_dtype` and gradients are reduced in `parallel.reduce_dtype`. Frozen parameters
+    are sharded like the rest but never enter the optimizer, so they cost no optimizer memory."""
+    p = cfg.parallel
+    if p.activation_checkpointing == "full":
+        model.enable_gradient_checkpointing()
+    elif p.activation_checkpointing != "none":
+        raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported", "use 'none' or 'full'")
+    if p.compile:
+        for layer in model.layers:
+            layer.compile(dynamic=False)
+    if mesh is None:
+        return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype])
+    fsdp_mesh = mesh if mesh.size(0) > 1 else mesh["dp_shard"]
+    for layer in model.layers:
+        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp)
+    return model
+
+
+def all_reduce_mean(value: float, ctx: DistContext) -> float:
+    if not ctx.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t)
+    return t.item() / ctx.world_size
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()

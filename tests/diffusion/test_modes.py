@@ -1,0 +1,170 @@
+"""Policy / forward-dynamics / inverse-dynamics / mixed: which tokens are clean, which are noisy, and
+which losses they get — including packed batches with no noisy action rows or no noisy video."""
+
+import math
+
+import pytest
+import torch
+
+from wamkit.config import load_experiment
+from wamkit.config.schema import DiffusionConfig
+from wamkit.data.sample import TrainingSample
+from wamkit.diffusion.objective import ModeObjective, PolicyObjective
+from wamkit.errors import ConfigError
+from wamkit.model.cosmos3 import build_transformer
+from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
+
+T, A, USED = 8, 8, 5  # chunk, max_action_dim, real action channels
+
+
+def _samples(n: int, seed: int = 0, with_state: bool = True) -> list[TrainingSample]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(A, dtype=torch.bool)
+    mask[:USED] = True
+    out = []
+    for i in range(n):
+        actions = torch.rand(T, A, generator=g) * 2 - 1
+        actions[:, USED:] = 0
+        state = (torch.rand(A, generator=g) * 2 - 1) * mask if with_state else None
+        video = torch.randint(0, 256, (T + 1, 32, 32, 3), generator=g, dtype=torch.uint8)
+        out.append(TrainingSample(video=video, actions=actions, state=state, action_mask=mask, task=f"reach {i}", domain_id=i % 2))
+    return out
+
+
+def _objective(mode: str, weights=None) -> ModeObjective:
+    torch.manual_seed(0)
+    video_tok = build_video_tokenizer("pixel", "", 8)
+    model = build_transformer("tiny", video_tok.latent_channels, A, 4)
+    with torch.no_grad():
+        model.action_modality_embed.normal_()
+    return ModeObjective(model, video_tok, build_text_tokenizer("", 32), DiffusionConfig(), "{task}", 10.0, "sdpa", mode=mode, mode_weights=weights)
+
+
+def _gens(n: int, seed: int = 100) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(seed + i) for i in range(n)]
+
+
+def _capture(model):
+    seen = {}
+
+    def hook(_module, _args, kwargs):
+        seen.update(kwargs)
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def _clean_rows(sample: TrainingSample) -> torch.Tensor:
+    return torch.cat([sample.state.unsqueeze(0), sample.actions]) if sample.state is not None else sample.actions
+
+
+def test_policy_objective_name_is_the_policy_mode():
+    assert PolicyObjective is ModeObjective
+    assert _objective("policy").sample_mode(torch.Generator()) == "policy"
+
+
+def test_forward_dynamics_feeds_clean_actions_and_has_no_action_loss():
+    objective = _objective("forward_dynamics")
+    seen = _capture(objective.model)
+    samples = _samples(3)
+    losses = objective(samples, _gens(3))
+    assert objective.last_modes == ["forward_dynamics"] * 3
+    for sample, rows in zip(samples, seen["action_tokens"]):
+        assert torch.equal(rows, _clean_rows(sample))  # exactly the clean normalized state + actions
+    assert seen["action_mse_loss_indexes"].numel() == 0 and seen["action_timesteps"].numel() == 0
+    assert all(idx.numel() == 0 for idx in seen["action_noisy_frame_indexes"])
+    latents = objective.encode_videos([s.video for s in samples])
+    for x0, fed, noisy in zip(latents, seen["vision_tokens"], seen["vision_noisy_frame_indexes"]):
+        assert torch.equal(fed[0][:, 0], x0[:, 0]) and not torch.equal(fed[0][:, 1:], x0[:, 1:])
+        assert noisy.tolist() == list(range(1, x0.shape[1]))
+    assert losses.action == 0.0 and losses.video > 0 and math.isfinite(losses.total.item())
+    losses.total.backward()
+    assert objective.model.proj_out.weight.grad is not None
+    assert objective.model.action_proj_out.fc.weight.grad is None  # no noisy action row was decoded
+    assert objective.model.action_proj_in.fc.weight.grad is not None  # the clean rows condition the video
+
+
+def test_inverse_dynamics_keeps_every_frame_clean_and_has_no_video_loss():
+    objective = _objective("inverse_dynamics")
+    seen = _capture(objective.model)
+    samples = _samples(3)
+    losses = objective(samples, _gens(3))
+    latents = objective.encode_videos([s.video for s in samples])
+    for x0, fed in zip(latents, seen["vision_tokens"]):
+        assert torch.equal(fed[0], x0)
+    assert seen["vision_mse_loss_indexes"].numel() == 0 and seen["vision_timesteps"].numel() == 0
+    for sample, rows, noisy in zip(samples, seen["action_tokens"], seen["action_noisy_frame_indexes"]):
+        assert torch.equal(rows[0], sample.state)  # the state row stays clean
+        assert not torch.equal(rows[1:], sample.actions)
+        assert noisy.tolist() == list(range(1, T + 1))
+    assert losses.video == 0.0 and losses.action > 0 and math.isfinite(losses.total.item())
+    losses.total.backward()
+    assert objective.model.proj_out.weight.grad is None
+    assert objective.model.action_proj_out.fc.weight.grad is not None
+
+
+def test_inverse_dynamics_without_state_row():
+    objective = _objective("inverse_dynamics")
+    seen = _capture(objective.model)
+    samples = _samples(2, with_state=False)
+    losses = objective(samples, _gens(2))
+    assert [n.tolist() for n in seen["action_noisy_frame_indexes"]] == [list(range(T))] * 2
+    assert losses.video == 0.0 and losses.action > 0
+
+
+def test_policy_mode_split_is_unchanged():
+    objective = _objective("policy")
+    seen = _capture(objective.model)
+    samples = _samples(2)
+    losses = objective(samples, _gens(2))
+    for sample, rows, noisy in zip(samples, seen["action_tokens"], seen["action_noisy_frame_indexes"]):
+        assert torch.equal(rows[0], sample.state) and noisy.tolist() == list(range(1, T + 1))
+    assert [n.tolist() for n in seen["vision_noisy_frame_indexes"]] == [[1, 2]] * 2
+    assert losses.video > 0 and losses.action > 0
+
+
+def test_mixed_batch_averages_each_loss_over_the_samples_that_have_it():
+    """One packed batch with all three modes equals the per-sample forwards, and each loss is the
+    mean over exactly the samples whose modality is noisy."""
+    modes = ["policy", "forward_dynamics", "inverse_dynamics", "forward_dynamics"]
+    samples = _samples(4, seed=3)
+    mixed = _objective("mixed", {"policy": 1, "forward_dynamics": 1, "inverse_dynamics": 1})
+    mixed.sample_mode = lambda _g, it=iter(modes): next(it)  # prescribe the draws
+    with torch.no_grad():
+        packed = mixed(samples, _gens(4))
+        singles = [_objective(m)([s], [g]) for m, s, g in zip(modes, samples, _gens(4))]
+    videos = [single.video for m, single in zip(modes, singles) if m != "inverse_dynamics"]
+    actions = [single.action for m, single in zip(modes, singles) if m != "forward_dynamics"]
+    assert packed.video == pytest.approx(sum(videos) / len(videos), rel=1e-4)
+    assert packed.action == pytest.approx(sum(actions) / len(actions), rel=1e-4)
+    assert [s.action for m, s in zip(modes, singles) if m == "forward_dynamics"] == [0.0, 0.0]
+
+
+def test_mixed_draws_come_from_each_samples_generator():
+    objective = _objective("mixed", {"policy": 1, "forward_dynamics": 1, "inverse_dynamics": 1})
+    draws = [objective.sample_mode(g) for g in _gens(60, seed=7)]
+    assert draws == [objective.sample_mode(g) for g in _gens(60, seed=7)]  # reproducible on resume
+    assert set(draws) == {"policy", "forward_dynamics", "inverse_dynamics"}
+    only_fd = _objective("mixed", {"policy": 0, "forward_dynamics": 2, "inverse_dynamics": 0})
+    assert {only_fd.sample_mode(g) for g in _gens(20)} == {"forward_dynamics"}
+
+
+def test_mixed_batch_with_no_noisy_actions_at_all():
+    objective = _objective("mixed", {"policy": 0, "forward_dynamics": 1, "inverse_dynamics": 0})
+    losses = objective(_samples(2), _gens(2))
+    assert losses.action == 0.0 and math.isfinite(losses.total.item())
+    losses.total.backward()
+
+
+def test_mode_config_validation(tmp_path):
+    base = ["data.path=\"x\""]
+    cfg = load_experiment(None, base + ['model.mode="mixed"', "model.mode_weights.inverse_dynamics=0.5"])
+    assert (cfg.model.mode_weights.policy, cfg.model.mode_weights.inverse_dynamics) == (1.0, 0.5)
+    with pytest.raises(ConfigError, match="model.mode"):
+        load_experiment(None, base + ['model.mode="world"'])
+    with pytest.raises(ConfigError, match="negative"):
+        load_experiment(None, base + ["model.mode_weights.policy=-1"])
+    with pytest.raises(ConfigError, match="all weights are 0"):
+        load_experiment(None, base + ['model.mode="mixed"', "model.mode_weights.policy=0", "model.mode_weights.forward_dynamics=0"])
+    with pytest.raises(ConfigError, match="did you mean"):
+        load_experiment(None, base + ["model.mode_weights.forward=1"])

@@ -1,0 +1,31 @@
+"""Shared test helpers: the demo recipe, overrides for short CPU runs, and a CLI runner."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_RECIPE = REPO / "recipes" / "demo_tiny.toml"
+
+
+def quick_overrides(demo_root: Path, output_root: Path, name: str, max_iter: int, save_iter: int) -> list[str]:
+    pairs = {
+        "job.name": name, "job.output_root": str(output_root), "data.path": str(demo_root),
+        "data.generate_demo": "false", "trainer.max_iter": max_iter, "checkpoint.save_iter": save_iter,
+        "trainer.samples_per_step": 4, "trainer.val_every": 0, "trainer.progress_bar": "false",
+        "scheduler.warm_up_steps": "[2]",
+    }
+    out = []
+    for key, value in pairs.items():
+        value = f'"{value}"' if isinstance(value, str) and not value.startswith("[") and value not in ("true", "false") else value
+        out += ["--set", f"{key}={value}"]
+    return out
+
+
+def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "wamkit.cli", *args], capture_output=True, text=True, env=full_env, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"wamkit {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
