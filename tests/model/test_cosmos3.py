@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.model.cosmos3 import build_transformer, is_generation_param, load_diffusers_weights, set_trainable
+from wamkit.model.cosmos3 import build_transformer, is_generation_param, load_pretrained_weights, set_trainable
 from wamkit.model.tokenizer import ByteTokenizer, PixelTokenizer
 
 
@@ -36,7 +36,7 @@ def test_load_diffusers_dir_strict_and_fresh_domain(tmp_path):
     source = _tiny()
     source.save_pretrained(tmp_path / "base" / "transformer")
     target = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
-    load_diffusers_weights(target, tmp_path / "base", fresh_action_domain=2)
+    load_pretrained_weights(target, tmp_path / "base", fresh_action_domain=2)
     torch.testing.assert_close(target.layers[1].self_attn.add_k_proj.weight, source.layers[1].self_attn.add_k_proj.weight)
     fc_t, fc_s = target.action_proj_in.fc.weight, source.action_proj_in.fc.weight
     torch.testing.assert_close(fc_t[0], fc_s[0])
@@ -47,7 +47,7 @@ def test_load_diffusers_dir_lists_mismatched_keys(tmp_path):
     build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4).save_pretrained(tmp_path / "t")
     bigger = build_transformer("small", latent_channel=12, max_action_dim=8, num_domains=4)
     with pytest.raises(CheckpointError, match="missing.*layers.2"):
-        load_diffusers_weights(bigger, tmp_path / "t", fresh_action_domain=None)
+        load_pretrained_weights(bigger, tmp_path / "t", fresh_action_domain=None)
 
 
 def test_unpublished_presets_say_how_to_get_the_shape():
@@ -76,3 +76,62 @@ def test_byte_tokenizer_bounds():
     tok = ByteTokenizer(max_tokens=8)
     ids = tok.encode("reach the green target")
     assert len(ids) == 8 and ids[0] == tok.bos_id and ids[-1] == tok.eos_id and max(ids) < tok.vocab_size
+
+
+def _to_reference_names(state):
+    """Write a diffusers state dict under the reference framework's names (the test's fixture)."""
+    import re
+
+    renames = [
+        (r"\.self_attn\.add_(q|k|v)_proj\.", r".self_attn.\1_proj_moe_gen."),
+        (r"\.self_attn\.to_add_out\.", ".self_attn.o_proj_moe_gen."),
+        (r"\.self_attn\.norm_added_(q|k)\.", r".self_attn.\1_norm_moe_gen."),
+        (r"\.self_attn\.to_(q|k|v)\.", r".self_attn.\1_proj."),
+        (r"\.self_attn\.to_out\.", ".self_attn.o_proj."),
+        (r"\.self_attn\.norm_(q|k)\.", r".self_attn.\1_norm."),
+    ]
+    top = {"proj_in.": "vae2llm.", "proj_out.": "llm2vae.", "action_proj_in.": "action2llm.", "action_proj_out.": "llm2action."}
+    out = {}
+    for key, value in state.items():
+        new = key
+        for pattern, repl in renames:
+            new = re.sub(pattern, repl, new)
+        for old, ref in top.items():
+            if new.startswith(old):
+                new = ref + new[len(old):]
+        if new.startswith(("layers.", "embed_tokens.", "norm.", "norm_moe_gen.")):
+            new = "language_model.model." + new
+        elif new.startswith("lm_head."):
+            new = "language_model." + new
+        out["model.net." + new] = value.clone()
+    return out
+
+
+def test_reference_framework_safetensors_load_with_renames(tmp_path):
+    from safetensors.torch import save_file
+
+    from wamkit.model.cosmos3 import load_pretrained_weights
+
+    source = _tiny()
+    ref = _to_reference_names(source.state_dict())
+    assert any("q_proj_moe_gen" in k for k in ref) and any(k.startswith("model.net.vae2llm") for k in ref)
+    save_file(ref, str(tmp_path / "reference.safetensors"))
+    target = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
+    kind = load_pretrained_weights(target, tmp_path / "reference.safetensors", fresh_action_domain=None)
+    assert kind == "reference-framework safetensors"
+    for key, value in source.state_dict().items():
+        torch.testing.assert_close(target.state_dict()[key], value)
+
+
+def test_reference_import_strictness_lists_the_offending_keys(tmp_path):
+    from safetensors.torch import save_file
+
+    from wamkit.model.cosmos3 import load_pretrained_weights
+
+    ref = _to_reference_names(_tiny().state_dict())
+    ref["model.net.sound2llm.weight"] = torch.zeros(2)
+    del ref["model.net.language_model.model.layers.1.mlp_moe_gen.up_proj.weight"]
+    save_file(ref, str(tmp_path / "r.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        load_pretrained_weights(_tiny(), tmp_path / "r.safetensors", fresh_action_domain=None)
+    assert "layers.1.mlp_moe_gen.up_proj.weight" in str(err.value) and "sound2llm.weight" in str(err.value)

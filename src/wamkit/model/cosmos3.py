@@ -100,36 +100,36 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     return {"total": total, "trainable": trainable, "generation": generation}
 
 
-def load_diffusers_weights(model: torch.nn.Module, directory: Path, fresh_action_domain: int | None) -> None:
-    """Load a diffusers-format transformer directory strictly; optionally re-initialise one action
-    domain's rows (a new embodiment starts with a fresh head while everything else loads)."""
-    from safetensors.torch import load_file
+def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_domain: int | None) -> str:
+    """Load base weights strictly from a diffusers transformer directory or a reference-framework
+    safetensors export (renamed on the way in); optionally re-initialise one action domain's rows
+    (a new embodiment starts with a fresh head while everything else loads). Returns the format."""
+    from wamkit.model.state_dict_adapter import convert_reference_state_dict, is_reference_state_dict, read_safetensors
 
-    directory = Path(directory)
-    if (directory / "transformer").is_dir():
-        directory = directory / "transformer"
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(str(directory), "no *.safetensors files found", "point checkpoint.load_path at a diffusers transformer directory")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(str(file)))
+    path = Path(path)
+    if (path / "transformer").is_dir():
+        path = path / "transformer"
+    state = read_safetensors(path)
+    kind = "diffusers transformer"
+    if is_reference_state_dict(state):
+        state, kind = convert_reference_state_dict(state), "reference-framework safetensors"
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
-            str(directory),
+            str(path),
             f"keys do not match the model: missing {missing[:20]}{'...' if len(missing) > 20 else ''}, "
             f"unexpected {unexpected[:20]}{'...' if len(unexpected) > 20 else ''}",
             "check model.preset / model.max_action_dim against the checkpoint's config.json",
         )
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
-            raise CheckpointError(str(directory), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
+            raise CheckpointError(str(path), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
     model.load_state_dict(state, strict=True)
     if fresh_action_domain is not None:
         init_action_domain(model, fresh_action_domain)
+    return kind
 
 
 @torch.no_grad()

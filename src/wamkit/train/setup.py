@@ -11,7 +11,7 @@ import torch
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
-from wamkit.model.cosmos3 import build_transformer, load_diffusers_weights, set_trainable
+from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 
 
@@ -88,8 +88,7 @@ def load_base_weights(model, cfg) -> str:
     if (path / ckpt.COMPLETE_MARKER).exists():
         ckpt.load_checkpoint(path, {"model": model.state_dict()})
         return "wamkit checkpoint"
-    load_diffusers_weights(model, path, fresh_action_domain=cfg.data.domain_id)
-    return "diffusers transformer"
+    return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id)
 
 
 def build_tokenizers(cfg):
