@@ -17,14 +17,14 @@ from wamkit.train.trainer import Trainer
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.toml"
 
 
-def train_tiny_run(tmp, name="export_run"):
+def train_tiny_run(tmp, name="export_run", extra=()):
     root = write_demo_dataset(tmp / "reach", num_episodes=8)
     overrides = {
         "job.name": f'"{name}"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"', "data.generate_demo": "false",
         "trainer.max_iter": "4", "checkpoint.save_iter": "4", "trainer.samples_per_step": "2",
         "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
     }
-    Trainer(load_experiment(RECIPE, [f"{k}={v}" for k, v in overrides.items()])).train()
+    Trainer(load_experiment(RECIPE, [f"{k}={v}" for k, v in overrides.items()] + list(extra))).train()
     return tmp / name
 
 
@@ -110,3 +110,27 @@ def test_export_of_a_broken_path_is_a_clear_error(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(CheckpointError, match="wamkit.json"):
         Policy.from_export(tmp_path)
+
+
+def test_lora_forward_dynamics_run_exports_merged_weights(tmp_path):
+    """The export of a LoRA run is a plain transformer whose outputs equal the adapted model's."""
+    from wamkit.config import config_from_dict
+    from wamkit.model.lora import apply_lora
+    from wamkit.model.tokenizer import ByteTokenizer
+    from wamkit.train import checkpoint as ckpt
+    from wamkit.train.setup import build_model
+
+    run = train_tiny_run(tmp_path, "lora_fd", ["model.mode=\"forward_dynamics\"", "lora.enabled=true", "lora.rank=4"])
+    exported = export_run(run, tmp_path / "lora_export", use_ema=False)
+    plain = load_transformer(exported / "transformer")
+    assert not any("lora" in k for k in plain.state_dict())
+
+    cfg = config_from_dict(json.loads((run / "resolved_config.json").read_text()))
+    adapted = build_model(cfg, 12)
+    apply_lora(adapted, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, True, 0.0)
+    state = {"model": adapted.state_dict()}
+    latest = ckpt.latest_checkpoint(run / "checkpoints")
+    ckpt.load_checkpoint(latest, state)
+    assert any("lora_B" in k and state["model"][k].abs().sum() > 0 for k in state["model"]), "adapters were trained"
+    contract = json.loads((latest / ckpt.COMPLETE_MARKER).read_text())["data_contract"]
+    verify_same_outputs(adapted.eval(), plain.eval(), contract, 12, ByteTokenizer(cfg.model.max_text_tokens))

@@ -11,6 +11,7 @@ import torch
 
 from wamkit.config import ExperimentConfig, config_from_dict
 from wamkit.errors import CheckpointError, ConfigError
+from wamkit.model.lora import apply_lora, merge_lora
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 from wamkit.train import checkpoint as ckpt
 
@@ -97,6 +98,8 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     video_tokenizer, text_tokenizer = build_tokenizers(cfg)
     model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
     check_vocab(model, text_tokenizer)
+    if cfg.lora.enabled:  # the checkpoint holds adapter weights: load into the same structure
+        apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
     state: dict = {"model": model.state_dict()}
     if use_ema:
         if not _has_ema(iteration):
@@ -108,6 +111,10 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
             params = dict(model.named_parameters())
             for name, value in state["ema"].items():
                 params[name].copy_(value.to(params[name].dtype))
+    if cfg.lora.enabled:  # fold the adapters in: serving and export see a plain transformer
+        merged = merge_lora(model)
+        model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+        model.load_state_dict(merged, strict=True)
     model = model.to(device).eval().requires_grad_(False)
     return LoadedModel(
         model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=contract,
