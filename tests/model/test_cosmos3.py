@@ -135,3 +135,17 @@ def test_reference_import_strictness_lists_the_offending_keys(tmp_path):
     with pytest.raises(CheckpointError) as err:
         load_pretrained_weights(_tiny(), tmp_path / "r.safetensors", fresh_action_domain=None)
     assert "layers.1.mlp_moe_gen.up_proj.weight" in str(err.value) and "sound2llm.weight" in str(err.value)
+
+
+def test_skip_action_heads_loads_a_base_of_another_action_width(tmp_path):
+    from wamkit.model.cosmos3 import load_pretrained_weights
+
+    base = build_transformer("tiny", latent_channel=12, max_action_dim=64, num_domains=4)
+    base.save_pretrained(tmp_path / "wide")
+    narrow = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
+    fresh_head = narrow.action_proj_in.fc.weight.clone()
+    with pytest.raises(CheckpointError, match="action_proj_in"):
+        load_pretrained_weights(narrow, tmp_path / "wide", fresh_action_domain=None)
+    load_pretrained_weights(narrow, tmp_path / "wide", fresh_action_domain=None, skip_action_heads=True)
+    torch.testing.assert_close(narrow.layers[0].mlp_moe_gen.up_proj.weight, base.layers[0].mlp_moe_gen.up_proj.weight)
+    assert torch.equal(narrow.action_proj_in.fc.weight, fresh_head)

@@ -4,6 +4,7 @@ wamkit reads a recipe, so a knob that is documented is a knob that reaches the c
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,7 @@ class DataConfig:
     prompt_template: str = "{task}"
 
     def resolved_path(self) -> Path:
-        return Path(os.path.expandvars(self.path)).expanduser()
+        return Path(expand_env(self.path, "data.path")).expanduser()
 
 
 @dataclass
@@ -141,7 +142,8 @@ class EMAConfig:
 @dataclass
 class CheckpointConfig:
     save_iter: int = 500
-    load_path: str = ""  # base weights for a fresh run: diffusers dir or wamkit iteration dir
+    load_path: str = ""  # base weights for a fresh run: diffusers dir, reference safetensors, or wamkit iteration dir
+    skip_action_heads: bool = False  # don't load action_proj_in/out + action_modality_embed from a foreign base
     keep_last: int = 0  # 0 -> keep all
 
 
@@ -251,6 +253,27 @@ class ExperimentConfig:
                 "clean action rows no usable conditioning)",
                 "set lora.train_action_pathway = true, or train another mode",
             )
+
+
+_ENV_REF = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def expand_env(text: str, field_name: str) -> str:
+    """Expand ${VAR} and ${VAR:-fallback} (the fallback may itself be $OTHER). An unset variable
+    without a fallback is an error: an empty path would silently point somewhere else."""
+
+    def one(match: re.Match) -> str:
+        name, fallback = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value:
+            return value
+        if fallback is not None:
+            resolved = os.path.expandvars(fallback)
+            if resolved and "$" not in resolved:
+                return resolved
+        raise ConfigError(field_name, f"uses ${{{name}}}, which is not set{' (nor its fallback ' + fallback + ')' if fallback else ''}", f"export {name}=/path/to/dataset")
+
+    return _ENV_REF.sub(one, text)
 
 
 def _choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:

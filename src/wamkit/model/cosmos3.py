@@ -100,10 +100,12 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     return {"total": total, "trainable": trainable, "generation": generation}
 
 
-def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_domain: int | None) -> str:
+def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_domain: int | None, skip_action_heads: bool = False) -> str:
     """Load base weights strictly from a diffusers transformer directory or a reference-framework
-    safetensors export (renamed on the way in); optionally re-initialise one action domain's rows
-    (a new embodiment starts with a fresh head while everything else loads). Returns the format."""
+    safetensors export (renamed on the way in). A new embodiment starts with a fresh head while
+    everything else loads: either one domain's rows are re-initialised (`fresh_action_domain`), or
+    the action modules are not loaded at all (`skip_action_heads`, as the seed recipes do; needed
+    when the base was trained with another action width). Returns the format."""
     from wamkit.model.state_dict_adapter import convert_reference_state_dict, is_reference_state_dict, read_safetensors
 
     path = Path(path)
@@ -114,6 +116,9 @@ def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_dom
     if is_reference_state_dict(state):
         state, kind = convert_reference_state_dict(state), "reference-framework safetensors"
     expected = model.state_dict()
+    if skip_action_heads:
+        state = {k: v for k, v in state.items() if not is_action_head_param(k)}
+        expected = {k: v for k, v in expected.items() if not is_action_head_param(k)}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -126,8 +131,8 @@ def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_dom
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
             raise CheckpointError(str(path), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
-    model.load_state_dict(state, strict=True)
-    if fresh_action_domain is not None:
+    model.load_state_dict(state, strict=not skip_action_heads)
+    if fresh_action_domain is not None and not skip_action_heads:
         init_action_domain(model, fresh_action_domain)
     return kind
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from wamkit.config import format_config
+from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
@@ -21,17 +22,50 @@ def describe(cfg) -> str:
     lines.append(f"preset = {cfg.model.preset}  layers = {model.config.num_hidden_layers}  hidden = {model.config.hidden_size}")
     lines.append(f"parameters: total {params['total']:,}  generation pathway {params['generation']:,}  trainable {params['trainable']:,}")
     lines.append("# tokens per sample")
-    lines.extend(_token_lines(cfg, model, text_tok))
+    token_lines, tokens = _token_lines(cfg, model, text_tok)
+    lines.extend(token_lines)
     t = cfg.trainer
     lines.append("# batch")
     lines.append(f"samples per step per rank = {t.samples_per_step} x grad_accum {t.grad_accum_iter} (x world size under torchrun)")
+    lines.append("global batch = " + ", ".join(f"{w} GPU{'s' if w > 1 else ''}: {t.samples_per_step * t.grad_accum_iter * w}" for w in (1, 8, 64)))
+    lines.append("# memory per GPU (estimate, GiB; FSDP2 full shard, fp32 master + AdamW + EMA)")
+    for world in (1, 2, 8):
+        est = memory_estimate(params, model.config, cfg, world, tokens * t.samples_per_step if tokens else 0)
+        lines.append(f"{world} GPU{'s' if world > 1 else ''}: " + "  ".join(f"{k} {v:.2f}" for k, v in est.items()))
     return "\n".join(lines)
 
 
-def _token_lines(cfg, model, text_tok) -> list[str]:
-    root = cfg.data.resolved_path()
+# Measured on one H200 at Nano width without activation checkpointing (benchmarks/RESULTS.md:
+# 70.0 GiB peak for 6632 packed tokens, minus bf16 weights and grads): ~31.6 * hidden bytes of saved
+# activations per token and layer. Full checkpointing keeps only each layer's two input streams.
+ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "full": 4.0}
+
+
+def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank: int) -> dict[str, float]:
+    gib = 2**30
+    trainable = params["trainable"]
+    layers, hidden = model_config.num_hidden_layers, model_config.hidden_size
+    per_layer = params["total"] / max(layers, 1)
+    est = {
+        "weights": params["total"] * 4 / world / gib,
+        "grads": trainable * 4 / world / gib,
+        "adam": trainable * 8 / world / gib,
+        "ema": trainable * 4 / world / gib if cfg.ema.enabled else 0.0,
+        "gathered": 2 * per_layer * 2 / gib if world > 1 else 0.0,  # two bf16 layers in flight
+        "activations": tokens_per_rank * layers * hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER[cfg.parallel.activation_checkpointing] / gib,
+    }
+    est["total"] = sum(est.values())
+    return est
+
+
+def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
+    """Printable lines and the total tokens per sample (0 when the dataset is not at hand)."""
+    try:
+        root = cfg.data.resolved_path()
+    except ConfigError as exc:
+        return [f"dataset path not resolvable ({exc.problem}): token counts need the dataset"], 0
     if not (root / "meta" / "info.json").exists() and not cfg.data.generate_demo:
-        return [f"dataset {root} not found: frame size unknown, token counts need the dataset"]
+        return [f"dataset {root} not found: frame size unknown, token counts need the dataset"], 0
     dataset = open_dataset(cfg)
     cameras = cfg.data.camera_keys or dataset.camera_keys
     shapes = [dataset.features[k]["shape"] for k in cameras]
@@ -49,4 +83,4 @@ def _token_lines(cfg, model, text_tok) -> list[str]:
         f"dataset {root}: fps {dataset.fps}, {len(dataset.episode_indices)} episodes, cameras {cameras}, canvas {height}x{width}",
         f"text {text} (e.g. {task!r}) + video {vision} ({t} latent frames x {per_frame} patches) + action {actions} "
         f"({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {text + vision + actions}",
-    ]
+    ], text + vision + actions

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
+from wamkit.config.schema import expand_env
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
@@ -82,17 +83,17 @@ def load_base_weights(model, cfg) -> str:
     """A fresh run starts from checkpoint.load_path: a wamkit iteration directory loads as it is
     (continuing a chain keeps its action heads); a diffusers base gives this run's domain a fresh
     action head."""
-    path = Path(cfg.checkpoint.load_path).expanduser()
+    path = Path(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path")).expanduser()
     if not path.exists():
         raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
     if (path / ckpt.COMPLETE_MARKER).exists():
         ckpt.load_checkpoint(path, {"model": model.state_dict()})
         return "wamkit checkpoint"
-    return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id)
+    return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
 
 def build_tokenizers(cfg):
-    video = build_video_tokenizer(cfg.model.tokenizer, cfg.model.vae_path, cfg.model.pixel_spatial_factor)
+    video = build_video_tokenizer(cfg.model.tokenizer, expand_env(cfg.model.vae_path, "model.vae_path"), cfg.model.pixel_spatial_factor)
     text = build_text_tokenizer(cfg.model.text_tokenizer_path, cfg.model.max_text_tokens)
     return video, text
 
