@@ -11,5 +11,14 @@ python -m pip install --quiet --upgrade pip
 # torch first and pinned: a loose requirement would pull a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet -e ".[test]"
+# Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + MuJoCo/Meta-World.
+# WAMKIT_SIM=0 skips them (the demo does not need them); the test suite requires them.
+if [ "${WAMKIT_SIM:-1}" = "1" ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      libosmesa6 libegl1 libgl1 libgles2 libegl-mesa0 libglx-mesa0 >/dev/null
+  fi
+  python -m pip install --quiet -e ".[test,sim]"
+fi
 # openpi's client for tests/serve: it pins numpy<2 but runs on numpy 2, so install it without deps
 python -m pip install --quiet --no-deps "openpi-client==0.1.2"

@@ -1,4 +1,4 @@
-"""`wamkit` command line: train | data | serve."""
+"""`wamkit` command line: train | data | serve | sim | eval."""
 
 from __future__ import annotations
 
@@ -44,6 +44,31 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
     serve.add_argument("--device", default="cpu")
 
+    sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    sim_record = sim_sub.add_parser("record", help="roll out ENV's scripted expert and write successful episodes as LeRobot v3.0")
+    sim_record.add_argument("env", help="registered env name, e.g. metaworld/push-v3")
+    sim_record.add_argument("--episodes", type=int, required=True, help="expert attempts; failed ones are dropped and counted")
+    sim_record.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
+    sim_record.add_argument("--seed", type=int, default=0)
+    sim_record.add_argument("--resolution", type=int, default=64, help="square camera frame size in px (multiple of 16)")
+    sim_record.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
+
+    evaluate = sub.add_parser("eval", help="evaluate a policy")
+    eval_sub = evaluate.add_subparsers(dest="eval_command", required=True)
+    eval_sim = eval_sub.add_parser("sim", help="closed-loop success rate in a simulator; writes report.md, results.json, mp4s")
+    eval_sim.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
+    eval_sim.add_argument("env", help="registered env name, e.g. metaworld/push-v3")
+    eval_sim.add_argument("--episodes", type=int, required=True)
+    eval_sim.add_argument("--seed", type=int, required=True, help="episode seeds; use one other than the recording seed")
+    eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning (default: chunk length)")
+    eval_sim.add_argument("--out", default=None, help="report directory (default: eval/<env>)")
+    eval_sim.add_argument("--resolution", type=int, default=None, help="frame size (default: the training dataset's)")
+    eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
+    eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
+    eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step")
+    eval_sim.add_argument("--device", default="cpu")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -71,6 +96,14 @@ def _dispatch(args) -> int:
         from wamkit.data.stats import stats_main
 
         return stats_main(args.path, args.keys, args.overwrite)
+    if args.command == "sim" and args.sim_command == "record":
+        from wamkit.sim import sim_record_main
+
+        return sim_record_main(args)
+    if args.command == "eval" and args.eval_command == "sim":
+        from wamkit.eval.sim_eval import eval_sim_main
+
+        return eval_sim_main(args)
     if args.command == "serve":
         from wamkit.serve import serve_main
 

@@ -50,6 +50,15 @@ class DataConfig:
     domain_name: str = "demo"
     domain_id: int = 0
     prompt_template: str = "{task}"
+    # cameras -> one canvas (wamkit.data.canvas): side_by_side | concat_view (wrist on top, two exterior
+    # views at half size below; wrist_camera names the wrist key among camera_keys)
+    camera_layout: str = "side_by_side"
+    wrist_camera: str = ""
+    resolution: int = 0  # 0 native | 256 | 480 | 720: fit (never upscale) + pad to the tier's aspect bucket
+    keep_ranges_path: str = ""  # "" -> no filter; JSON {trajectory_key: [[start, end], ...]} (wamkit.data.selection)
+    trajectory_key_field: str = ""  # "" -> episode_index; else a meta/episodes column naming the trajectory
+    include_failures: bool = False  # data.path holding success/ (+ failure/): also train on failure/
+    shuffle: str = "windows"  # windows (permute all windows per epoch) | episodes (permute episodes, windows in order)
 
     def resolved_path(self) -> Path:
         return Path(expand_env(self.path, "data.path")).expanduser()
@@ -156,6 +165,7 @@ class ParallelConfig:
     compile: bool = False  # torch.compile each decoder layer
     param_dtype: str = "float32"  # compute dtype of FSDP2 (bfloat16 on GPUs); master weights stay fp32
     reduce_dtype: str = "float32"  # gradient reduction dtype
+    reshard_after_forward: bool = True  # False: keep layers gathered until backward (less traffic, more memory)
 
 
 @dataclass
@@ -192,6 +202,10 @@ class ExperimentConfig:
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
+        _choice("data.camera_layout", self.data.camera_layout, ("side_by_side", "concat_view"))
+        _choice("data.shuffle", self.data.shuffle, ("windows", "episodes"))
+        if self.data.resolution not in (0, 256, 480, 720):
+            raise ConfigError("data.resolution", f"{self.data.resolution} is not one of [0, 256, 480, 720]", "use 0 (native), 256, 480 or 720")
         if self.data.state_normalization:
             _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
         _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)

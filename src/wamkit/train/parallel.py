@@ -96,8 +96,8 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype])
     fsdp_mesh = mesh if mesh.size(0) > 1 else mesh["dp_shard"]
     for layer in model.layers:
-        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp)
-    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp)
+        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward)
     return model
 
 

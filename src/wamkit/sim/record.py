@@ -1,0 +1,133 @@
+"""Record scripted-expert demonstrations from a simulator as a LeRobot v3.0 dataset.
+
+Each attempt resets the env with its own seed (`seed * 1_000_003 + attempt`), rolls out the expert
+until the env reports success (plus `post_success_steps` more steps, so the data also shows holding
+still at the goal) or the step budget is spent. Only successful attempts are written; failures are
+counted in the summary and never mixed into the data.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from wamkit.errors import DataError
+from wamkit.sim.envs import SimError, get_spec, make_env
+from wamkit.sim.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
+
+
+@dataclass
+class RecordSummary:
+    env_name: str
+    out_dir: str
+    attempted: int
+    kept: int
+    dropped: int
+    expert_success_rate: float
+    dropped_attempts: list[int] = field(default_factory=list)
+    kept_lengths: list[int] = field(default_factory=list)
+    total_frames: int = 0
+    fps: float = 0.0
+    resolution: int = 0
+    task: str = ""
+    widened_channels: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def format(self) -> str:
+        return (f"recorded {self.env_name}: {self.kept}/{self.attempted} expert episodes succeeded and were kept "
+                f"({self.dropped} failed and dropped{': attempts ' + str(self.dropped_attempts) if self.dropped else ''}); "
+                f"expert success rate {self.expert_success_rate:.2f}; {self.total_frames} frames at {self.fps:g} fps, "
+                f"{self.resolution}x{self.resolution} px -> {self.out_dir} ({self.seconds:.1f} s)")
+
+
+def episode_seed(seed: int, attempt: int) -> int:
+    return int(seed) * 1_000_003 + int(attempt)
+
+
+def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10) -> tuple[RecordedEpisode, bool]:
+    """One expert episode; row t holds the observation before action t."""
+    obs = env.reset(seed)
+    states, actions, frames = [], [], []
+    success, extra = False, 0
+    for _ in range(max_steps):
+        action = env.expert_action()
+        states.append(obs["state"])
+        frames.append(obs["image"])
+        actions.append(action)
+        result = env.step(action)
+        obs = result.obs
+        success = success or result.success
+        if success:
+            if extra >= post_success_steps:
+                break
+            extra += 1
+    episode = RecordedEpisode(task=env.spec.task, states=np.stack(states).astype(np.float32),
+                              actions=np.stack(actions).astype(np.float32), frames=np.stack(frames))
+    return episode, success
+
+
+def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
+           max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
+           post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
+           verbose: bool = False) -> RecordSummary:
+    """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
+
+    `episodes` counts attempts; the summary says how many succeeded (were kept) and which were
+    dropped. `step_budgets[i]` (optional) overrides the step budget of attempt i (tests use it to
+    force a failure). Raises if no attempt succeeded."""
+    t0 = time.perf_counter()
+    spec = get_spec(env_name)
+    if episodes < 1:
+        raise SimError("record: episodes", f"is {episodes}", "record at least one episode")
+    if resolution % 16:
+        raise SimError("record: resolution", f"{resolution} is not a multiple of 16",
+                       "use 64 or 96 so the frames tile into the tokenizer's patches")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DataError(str(out_dir), "already exists and is not an empty directory",
+                        "delete it or choose another output directory")
+    budgets = list(step_budgets or [])
+    kept: list[RecordedEpisode] = []
+    dropped: list[int] = []
+    with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as env:
+        for attempt in range(episodes):
+            budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
+            budget = min(int(budget), env.max_episode_steps)
+            episode, success = rollout_expert(env, episode_seed(seed, attempt), budget, post_success_steps)
+            if success:
+                kept.append(episode)
+            else:
+                dropped.append(attempt)
+            if verbose:
+                print(f"[wamkit sim] {env_name} attempt {attempt}: {'success' if success else 'FAILED (dropped)'} "
+                      f"after {len(episode.states)} steps", flush=True)
+    if not kept:
+        raise SimError(f"record {env_name}", f"the expert failed all {episodes} attempts; nothing to write",
+                       "raise max_episode_steps or check the simulator install")
+    written = write_lerobot_dataset(out_dir, kept, spec.fps, state_names=spec.state_names,
+                                    action_names=spec.action_names, robot_type=spec.robot_type,
+                                    camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
+                                    state_bounds=spec.state_bounds, action_bounds=spec.action_bounds)
+    summary = RecordSummary(
+        env_name=env_name, out_dir=str(out_dir), attempted=episodes, kept=len(kept), dropped=len(dropped),
+        expert_success_rate=len(kept) / episodes, dropped_attempts=dropped, kept_lengths=[len(e.states) for e in kept],
+        total_frames=sum(len(e.states) for e in kept), fps=spec.fps, resolution=resolution, task=spec.task,
+        widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
+    provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
+                  "max_episode_steps": max_episode_steps or spec.max_episode_steps,
+                  "episode_seeds_kept": [episode_seed(seed, a) for a in range(episodes) if a not in dropped]}
+    (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
+    return summary
+
+
+def sim_record_main(args) -> int:
+    """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
+    summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution,
+                     max_episode_steps=getattr(args, "max_steps", None), verbose=True)
+    print(summary.format())
+    return 0

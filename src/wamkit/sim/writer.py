@@ -1,0 +1,167 @@
+"""A general LeRobot v3.0 writer for recorded episodes (any task strings, state/action names, one camera).
+
+`wamkit.data.synth`'s dataset writer is specific to the demo task (fixed task list, names and
+robot type), so this module writes the same on-disk layout for arbitrary episodes, reusing synth's
+low-level pieces (path templates, H.264 encoder settings, fixed-size-list columns, statistics).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from wamkit.data.synth import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, VIDEO_PATH, _encode_video, _vector,
+                               _write_table, compute_stats)
+from wamkit.errors import DataError
+
+DEFAULT_CAMERA_KEY = "observation.images.front"
+
+
+@dataclass
+class RecordedEpisode:
+    """One episode: states [L, Ds], actions [L, Da], frames [L, H, W, 3] uint8 (row t: obs before action t)."""
+
+    task: str
+    states: np.ndarray
+    actions: np.ndarray
+    frames: np.ndarray
+
+
+def _check_episodes(episodes: Sequence[RecordedEpisode]) -> tuple[int, int, int, int]:
+    if not episodes:
+        raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
+    ds, da = episodes[0].states.shape[1], episodes[0].actions.shape[1]
+    h, w = episodes[0].frames.shape[1:3]
+    for i, e in enumerate(episodes):
+        n = len(e.states)
+        if n < 1 or e.states.shape != (n, ds) or e.actions.shape != (n, da) or e.frames.shape != (n, h, w, 3):
+            raise DataError(f"write_lerobot_dataset: episode {i}", f"inconsistent shapes states {e.states.shape} "
+                            f"actions {e.actions.shape} frames {e.frames.shape}", "record rows of equal length and size")
+        if e.frames.dtype != np.uint8:
+            raise DataError(f"write_lerobot_dataset: episode {i}", f"frames dtype {e.frames.dtype}", "pass uint8 frames")
+        if not (np.all(np.isfinite(e.states)) and np.all(np.isfinite(e.actions))):
+            raise DataError(f"write_lerobot_dataset: episode {i}", "NaN/inf in states or actions", "drop the episode")
+    if h % 2 or w % 2:
+        raise DataError("write_lerobot_dataset", f"frame size {h}x{w} is odd", "yuv420p needs even sizes")
+    return ds, da, h, w
+
+
+def _widen_constant(stats: dict, key: str, bounds: tuple[Sequence[float], Sequence[float]] | None) -> list[int]:
+    """Channels that never vary in the data (e.g. a gripper the expert never closes) would have zero range
+    and break minmax/quantile/meanstd normalization: give them the channel's declared physical range
+    instead (min/q01 = low, max/q99 = high, std = (high - low) / 2). Returns the widened channels."""
+    s = stats[key]
+    flat = np.flatnonzero(~((s["max"] > s["min"]) & (s["q99"] > s["q01"]) & (s["std"] > 0)))
+    if flat.size and bounds is None:
+        raise DataError(f"stats[{key!r}]", f"channels {flat.tolist()} are constant in the recorded data",
+                        "record more varied episodes or pass declared bounds for the channel")
+    for c in flat:
+        lo, hi = float(bounds[0][c]), float(bounds[1][c])
+        lo, hi = min(lo, float(s["min"][c])), max(hi, float(s["max"][c]))
+        if not hi > lo:
+            raise DataError(f"stats[{key!r}][{c}]", "constant channel without a usable declared range",
+                            "declare low < high bounds for the channel")
+        s["min"][c] = s["q01"][c] = lo
+        s["max"][c] = s["q99"][c] = hi
+        s["std"][c] = (hi - lo) / 2
+    return flat.tolist()
+
+
+def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisode], fps: float, *,
+                          state_names: Sequence[str], action_names: Sequence[str], robot_type: str,
+                          camera_key: str = DEFAULT_CAMERA_KEY, episodes_per_file: int = 16,
+                          state_bounds=None, action_bounds=None, extra_info: dict | None = None) -> dict:
+    """Write `episodes` as a LeRobot v3.0 dataset (H.264 video), atomically (temp dir, then rename).
+    Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds."""
+    out_dir = Path(out_dir)
+    ds, da, h, w = _check_episodes(episodes)
+    if len(state_names) != ds or len(action_names) != da:
+        raise DataError("write_lerobot_dataset", f"names ({len(state_names)} state, {len(action_names)} action) do not "
+                        f"match the data ({ds}, {da})", "pass one name per channel")
+    if int(round(fps)) != fps or fps < 1:
+        raise DataError("write_lerobot_dataset: fps", f"{fps} is not a positive integer", "record at an integer rate")
+    fps = int(fps)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DataError(str(out_dir), "already exists and is not an empty directory",
+                        "delete it or choose another output directory")
+    tasks = sorted({e.task for e in episodes})
+    task_index = {t: i for i, t in enumerate(tasks)}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        first_ep = first_index = 0
+        for file_no, start in enumerate(range(0, len(episodes), episodes_per_file)):
+            group = episodes[start:start + episodes_per_file]
+            chunk, fidx = divmod(file_no, CHUNKS_SIZE)
+            lengths = [len(e.states) for e in group]
+            n = sum(lengths)
+            frame_index = np.concatenate([np.arange(k) for k in lengths])
+            _write_table(tmp / DATA_PATH.format(chunk_index=chunk, file_index=fidx), {
+                "observation.state": _vector(np.concatenate([e.states for e in group]).astype(np.float32)),
+                "action": _vector(np.concatenate([e.actions for e in group]).astype(np.float32)),
+                "timestamp": pa.array((frame_index / fps).astype(np.float32)),
+                "frame_index": pa.array(frame_index, pa.int64()),
+                "episode_index": pa.array(np.repeat(np.arange(first_ep, first_ep + len(group)), lengths), pa.int64()),
+                "index": pa.array(np.arange(first_index, first_index + n), pa.int64()),
+                "task_index": pa.array(np.repeat([task_index[e.task] for e in group], lengths), pa.int64()),
+            })
+            _encode_video(tmp / VIDEO_PATH.format(video_key=camera_key, chunk_index=chunk, file_index=fidx),
+                          np.concatenate([e.frames for e in group]), fps, "libx264")
+            rows, offset = [], 0
+            for j, (ep, k) in enumerate(zip(group, lengths)):
+                rows.append({"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
+                             "data/chunk_index": chunk, "data/file_index": fidx,
+                             "dataset_from_index": first_index + offset, "dataset_to_index": first_index + offset + k,
+                             f"videos/{camera_key}/chunk_index": chunk, f"videos/{camera_key}/file_index": fidx,
+                             f"videos/{camera_key}/from_timestamp": offset / fps,
+                             f"videos/{camera_key}/to_timestamp": (offset + k) / fps,
+                             "meta/episodes/chunk_index": chunk, "meta/episodes/file_index": fidx})
+                offset += k
+            _write_table(tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
+            first_ep += len(group)
+            first_index += n
+        _write_table(tmp / "meta" / "tasks.parquet",
+                     {"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks)})
+        stats = compute_stats({"observation.state": np.concatenate([e.states for e in episodes]),
+                               "action": np.concatenate([e.actions for e in episodes])})
+        widened = {"observation.state": _widen_constant(stats, "observation.state", state_bounds),
+                   "action": _widen_constant(stats, "action", action_bounds)}
+        (tmp / "meta" / "stats.json").write_text(json.dumps(
+            {k: {f: np.asarray(v).tolist() for f, v in s.items()} for k, s in stats.items()}, indent=2))
+        scalar = {"shape": [1], "names": None}
+        info = {
+            "codebase_version": "v3.0", "robot_type": robot_type,
+            "total_episodes": len(episodes), "total_frames": first_index, "total_tasks": len(tasks),
+            "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
+            "fps": fps, "splits": {"train": f"0:{len(episodes)}"},
+            "data_path": DATA_PATH, "video_path": VIDEO_PATH,
+            "features": {
+                camera_key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
+                             "info": {"video.height": h, "video.width": w, "video.codec": "h264",
+                                      "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
+                                      "video.channels": 3, "has_audio": False}},
+                "observation.state": {"dtype": "float32", "shape": [ds], "names": list(state_names)},
+                "action": {"dtype": "float32", "shape": [da], "names": list(action_names)},
+                "timestamp": {"dtype": "float32", **scalar}, "frame_index": {"dtype": "int64", **scalar},
+                "episode_index": {"dtype": "int64", **scalar}, "index": {"dtype": "int64", **scalar},
+                "task_index": {"dtype": "int64", **scalar},
+            },
+        }
+        if extra_info:
+            info.update(extra_info)
+        # info.json last: its presence marks a complete dataset
+        (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+        if out_dir.exists():
+            out_dir.rmdir()
+        tmp.rename(out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return {"widened_channels": widened}

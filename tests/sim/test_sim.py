@@ -1,0 +1,137 @@
+"""Meta-World recording -> LeRobot v3.0 -> tiny training run -> closed-loop evaluation, end to end."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wamkit.sim  # noqa: E402,F401 - picks the headless GL backend before metaworld imports mujoco
+
+
+from wamkit.config import load_experiment  # noqa: E402
+from wamkit.data import LeRobotV3Dataset  # noqa: E402
+from wamkit.data.doctor import DatasetExpectation, diagnose  # noqa: E402
+from wamkit.eval import EvalError, evaluate, evaluate_checkpoints, wilson_interval  # noqa: E402
+from wamkit.sim import SimError, get_spec, make_env, record  # noqa: E402
+from wamkit.train.trainer import Trainer  # noqa: E402
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.toml"
+ENV = "metaworld/reach-v3"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim") / "reach"
+    # attempt 1 gets a 5-step budget: the expert cannot succeed, so it must be dropped and counted
+    summary = record(ENV, 3, out, seed=0, resolution=64, step_budgets=[None, 5, None])
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def run_dir(recorded, tmp_path_factory):
+    root, _ = recorded
+    tmp = tmp_path_factory.mktemp("run")
+    overrides = {
+        "job.name": '"sim_tiny"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"',
+        "data.generate_demo": "false", "data.val_fraction": "0.0", "data.chunk_length": "8",
+        "model.max_action_dim": "8", "model.pixel_spatial_factor": "8",
+        "trainer.max_iter": "4", "checkpoint.save_iter": "2", "trainer.samples_per_step": "2",
+        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
+    }
+    Trainer(load_experiment(RECIPE, [f"{k}={v}" for k, v in overrides.items()])).train()
+    return tmp / "sim_tiny"
+
+
+def test_registry_names_and_errors():
+    spec = get_spec("metaworld/push-v3")
+    assert spec.fps == 80.0 and spec.state_dim == 4 and spec.action_dim == 4
+    with pytest.raises(SimError, match="did you mean 'metaworld/reach-v3'"):
+        get_spec("metaworld/reach-v2")
+    with pytest.raises(SimError, match="multiple of 16"):
+        record(ENV, 1, "/nonexistent/never", resolution=60)
+
+
+def test_env_observation_and_determinism():
+    with make_env(ENV, resolution=64) as env:
+        a = env.reset(123)
+        assert a["image"].shape == (64, 64, 3) and a["image"].dtype == np.uint8
+        assert a["state"].shape == (4,) and a["prompt"] == get_spec(ENV).task
+        r = env.step(env.expert_action())
+        assert r.obs["state"].shape == (4,) and not r.done
+        b = env.reset(123)
+        np.testing.assert_array_equal(a["image"], b["image"])
+        np.testing.assert_allclose(a["state"], b["state"])
+
+
+def test_recorded_dataset_loads_passes_doctor_and_drops_failures(recorded):
+    root, summary = recorded
+    assert summary.attempted == 3 and summary.kept == 2 and summary.dropped == 1
+    assert summary.dropped_attempts == [1]
+    assert summary.expert_success_rate == pytest.approx(2 / 3)
+    ds = LeRobotV3Dataset(root)
+    assert ds.fps == 80.0 and ds.episode_indices == [0, 1]
+    assert ds.feature_dim("observation.state") == 4 and ds.feature_dim("action") == 4
+    assert ds.episode_task(0) == get_spec(ENV).task
+    lengths = [ds.episode_length(e) for e in ds.episode_indices]
+    assert lengths == summary.kept_lengths and all(n > 5 for n in lengths)  # the 5-step failure is not in the data
+    frames = ds.decode_frames(0, ds.camera_keys[0], [0, lengths[0] - 1])
+    assert frames.shape == (2, 64, 64, 3)
+    report = diagnose(root, DatasetExpectation(chunk_length=8, max_action_dim=8, fps=80.0))
+    assert report.ok, report.format()
+    provenance = json.loads((root / "meta" / "wamkit_recording.json").read_text())
+    assert provenance["dropped_attempts"] == [1] and len(provenance["episode_seeds_kept"]) == 2
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and 0.2 < hi < 0.35
+    lo, hi = wilson_interval(5, 10)
+    assert lo < 0.5 < hi and hi - 0.5 == pytest.approx(0.5 - lo)
+    with pytest.raises(EvalError):
+        wilson_interval(0, 0)
+
+
+def test_closed_loop_evaluation_writes_report(run_dir, tmp_path):
+    from wamkit.policy import Policy
+
+    policy = Policy.from_checkpoint(run_dir, num_steps=2)
+    with pytest.raises(EvalError, match="execute_horizon"):
+        evaluate(policy, ENV, 1, seed=1, execute_horizon=99)
+    result = evaluate(policy, ENV, 2, seed=1, execute_horizon=4, out_dir=tmp_path, max_episode_steps=12,
+                      num_videos=2)
+    assert 0.0 <= result.success_rate <= 1.0 and result.episodes == 2
+    assert result.ci95[0] <= result.success_rate <= result.ci95[1]
+    assert result.resolution == 64 and result.training_step == 4
+    assert all(1 <= e.length <= 12 and e.replans == -(-e.length // 4) for e in result.per_episode)
+    assert 1 <= result.mean_episode_length <= 12
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["success_rate"] == result.success_rate and saved["episodes"] == 2
+    assert "success rate" in (tmp_path / "report.md").read_text()
+    videos = sorted(tmp_path.glob("rollout_*.mp4"))
+    assert len(videos) == 2
+    import av
+
+    with av.open(str(videos[0])) as c:
+        n = sum(1 for _ in c.decode(video=0))
+    assert n == result.per_episode[0].length + 1
+
+
+def test_success_vs_step_over_checkpoints(run_dir, tmp_path):
+    results = evaluate_checkpoints(run_dir, ENV, 1, seed=2, out_dir=tmp_path, num_steps=1, max_episode_steps=4,
+                                   num_videos=0)
+    assert [r.training_step for r in results] == [2, 4]
+    plots = list(tmp_path.glob("success_vs_step.*"))
+    assert len(plots) == 1 and plots[0].stat().st_size > 0
+    assert "| 2 |" in (tmp_path / "report.md").read_text()
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 2
+
+
+def test_plot_falls_back_to_svg_without_matplotlib(tmp_path, monkeypatch):
+    import sys
+
+    from wamkit.eval import plot_success_vs_step
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    path = plot_success_vs_step([(0, 0.0, 0.0, 0.5), (10, 0.5, 0.2, 0.8)], tmp_path / "p.png")
+    assert path.suffix == ".svg" and path.read_text().startswith("<svg")
