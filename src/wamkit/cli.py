@@ -68,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step")
     eval_sim.add_argument("--device", default="cpu")
+    wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
+    wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
+    wm.add_argument("--dataset", help="LeRobot v3.0 dataset (default: the training dataset)")
+    wm.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: first validation episode)")
+    wm.add_argument("--modes", nargs="+", default=["teacher_forced", "autoregressive"], choices=["teacher_forced", "autoregressive"])
+    wm.add_argument("--num-steps", type=int, default=30, help="denoising steps per chunk (seed eval setting: 30)")
+    wm.add_argument("--shift", type=float, default=None, help="noise-schedule shift (default: the training shift; seed eval: 10)")
+    wm.add_argument("--guidance", type=float, default=1.0, help="classifier-free guidance scale (1.0 = off)")
+    wm.add_argument("--guidance-interval", type=float, nargs=2, default=[0.0, 1.0], metavar=("LOW", "HIGH"), help="sigma range where guidance applies")
+    wm.add_argument("--solver", choices=["euler", "unipc"], default="euler")
+    wm.add_argument("--seed", type=int, default=0)
+    wm.add_argument("--no-probes", action="store_true", help="skip the per-axis action probes")
+    wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
+    wm.add_argument("--device", default="cpu")
 
     args = parser.parse_args(argv)
     try:
@@ -100,6 +114,13 @@ def _dispatch(args) -> int:
         from wamkit.sim import sim_record_main
 
         return sim_record_main(args)
+    if args.command == "eval" and args.eval_command == "wm":
+        from wamkit.worldmodel import eval_wm_main
+
+        return eval_wm_main(args.checkpoint, dataset=args.dataset, episodes=args.episodes, modes=args.modes, out_dir=args.out,
+                            num_steps=args.num_steps, shift=args.shift, guidance=args.guidance,
+                            guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
+                            probes=not args.no_probes, device=args.device)
     if args.command == "eval" and args.eval_command == "sim":
         from wamkit.eval.sim_eval import eval_sim_main
 

@@ -1,0 +1,262 @@
+"""World-model rollouts along recorded episodes, chunk by chunk.
+
+An episode of L frames is cut into chunks of the run's chunk_length T: chunk k covers frames
+[kT, kT + T] and is driven by the recorded actions kT .. kT + T - 1 (normalized with the run's own
+statistics, padded to max_action_dim), plus the recorded state at kT when the model uses a state row.
+
+  teacher_forced  chunk k starts from the RECORDED frame kT (errors never accumulate); all chunks
+                  of an episode are independent and sampled in batches.
+  autoregressive  chunk 0 starts from recorded frame 0; chunk k > 0 starts from the model's own
+                  last predicted frame of chunk k - 1 (decoded to pixels, re-encoded). The state
+                  row is the recorded one (a forward-dynamics model predicts no state).
+  probes          one chunk from recorded frame 0 per action axis a and sign: every row holds the
+                  episode's mean normalized action, except channel a = clip(mean_a +- scale, -1, 1).
+
+The copy-last-frame baseline repeats each chunk's conditioning frame: the recorded frame kT in
+teacher-forced mode, recorded frame 0 for the whole episode in autoregressive mode (its own "last
+frame" never changes). Noise is seeded per (seed, episode, chunk), so chunk 0 gets the same noise in
+both modes and a rerun reproduces every video."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wamkit.data import LeRobotV3Dataset, Normalizer
+from wamkit.diffusion.flow import resolution_shift
+from wamkit.errors import WamkitError
+from wamkit.model.packing import install_packed_attention
+from wamkit.worldmodel.sampling import sample_video
+
+MODES = ("teacher_forced", "autoregressive")
+WORLD_MODEL_TRAINING_MODES = ("forward_dynamics", "mixed")
+
+
+class WorldModelError(WamkitError, ValueError):
+    """A world-model evaluation input is unusable; `where` names it."""
+
+
+def _seed_for(seed: int, episode: int, chunk: int, salt: int = 0) -> int:
+    return (int(seed) * 1_000_003 + int(episode) * 10_007 + int(chunk) * 101 + salt) % (2**63)
+
+
+class WorldModel:
+    """A loaded model (wamkit.policy.loading.LoadedModel) used as an action-conditioned video
+    generator. Default sampling: 30 Euler steps, guidance 1.0, the training shift."""
+
+    def __init__(self, loaded, num_steps: int = 30, shift: float | None = None, guidance: float = 1.0,
+                 guidance_interval=(0.0, 1.0), solver: str = "euler", allow_any_mode: bool = False):
+        mode = str(loaded.model_info.get("mode", "policy"))
+        if mode not in WORLD_MODEL_TRAINING_MODES and not allow_any_mode:
+            raise WorldModelError("model.mode", f"the checkpoint was trained in {mode!r} mode, which never learned to "
+                                  "generate video from clean actions", "evaluate a run trained with model.mode = "
+                                  "'forward_dynamics' or 'mixed' (or pass allow_any_mode=True)")
+        self.loaded, self.model = loaded, loaded.model
+        self.video_tokenizer, self.text_tokenizer, self.contract = loaded.video_tokenizer, loaded.text_tokenizer, loaded.contract
+        self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
+        self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
+        self.processor = install_packed_attention(self.model)
+        self.action_normalizer = Normalizer.from_state_dict(self.contract["action_normalizer"])
+        state_norm = self.contract.get("state_normalizer")
+        self.state_normalizer = Normalizer.from_state_dict(state_norm) if self.use_state else None
+
+    @classmethod
+    def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
+        """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
+        from wamkit.policy.loading import EXPORT_MANIFEST, load_from_checkpoint, load_from_export
+
+        path = Path(path).expanduser()
+        if (path / EXPORT_MANIFEST).is_file():
+            return cls(load_from_export(path, device=device), **kw)
+        return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
+
+    # ---- contract ------------------------------------------------------------------------------
+    @property
+    def chunk_length(self) -> int:
+        return int(self.contract["chunk_length"])
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.contract["action_dim"])
+
+    @property
+    def max_action_dim(self) -> int:
+        return int(self.contract["max_action_dim"])
+
+    @property
+    def use_state(self) -> bool:
+        return bool(self.contract["use_state"])
+
+    @property
+    def fps(self) -> float:
+        return float(self.contract["fps"])
+
+    def shift_for(self, frame: torch.Tensor) -> float:
+        """The explicit shift, else the one training used for this frame size."""
+        if self.shift is not None:
+            return float(self.shift)
+        d = self.loaded.diffusion
+        if d.get("shift", 0.0) > 0:
+            return float(d["shift"])
+        return resolution_shift(frame.shape[-3], frame.shape[-2], float(d["base_shift"]), int(d["base_resolution"]))
+
+    def normalize_actions(self, raw: np.ndarray) -> torch.Tensor:
+        """raw [..., action_dim] -> normalized, padded [..., max_action_dim] float32."""
+        x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
+        y = self.action_normalizer.normalize(x).float()
+        return torch.nn.functional.pad(y, (0, self.max_action_dim - y.shape[-1]))
+
+    def normalize_states(self, raw: np.ndarray | None) -> torch.Tensor | None:
+        if not self.use_state:
+            return None
+        x = torch.as_tensor(np.asarray(raw, dtype=np.float64))
+        y = self.state_normalizer.normalize(x).float()
+        return torch.nn.functional.pad(y, (0, self.max_action_dim - y.shape[-1]))
+
+    def predict(self, first_frames: torch.Tensor, actions: torch.Tensor, states: torch.Tensor | None, tasks: list[str],
+                seeds: list[int]) -> torch.Tensor:
+        """Model-space inputs -> uint8 video [B, T+1, H, W, 3] (one packed forward per step)."""
+        prompts = [self.contract["prompt_template"].format(task=t) for t in tasks]
+        generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        return sample_video(
+            self.model, self.processor, self.video_tokenizer, self.text_tokenizer, first_frames, actions, states,
+            num_steps=self.num_steps, shift=self.shift_for(first_frames[0]), guidance=self.guidance,
+            guidance_interval=self.guidance_interval, generator=generators, fps=self.fps, solver=self.solver,
+            prompts=prompts, domain_id=int(self.contract.get("domain_id", 0)),
+        ).cpu()
+
+
+@dataclass
+class EpisodeData:
+    """One recorded episode in raw units: frames uint8 [L, H, V*W, 3] (cameras tiled along W)."""
+
+    episode: int
+    frames: torch.Tensor
+    actions: np.ndarray  # [L, action_dim]
+    states: np.ndarray | None  # [L, state_dim]
+    task: str
+
+
+def load_episode(dataset: LeRobotV3Dataset, episode: int, contract: dict) -> EpisodeData:
+    cameras = list(contract.get("camera_keys") or dataset.camera_keys)
+    length = dataset.episode_length(episode)
+    views = [dataset.decode_frames(episode, cam, np.arange(length)) for cam in cameras]
+    frames = compose_views(views, contract.get("canvas"))
+    keys = [contract.get("action_key") or "action"]
+    state_key = contract.get("state_key") if contract.get("use_state") else None
+    if state_key:
+        keys.append(state_key)
+    cols = dataset.episode_columns(episode, keys)
+    actions = cols[keys[0]].reshape(length, -1).astype(np.float64)
+    states = cols[state_key].reshape(length, -1).astype(np.float64) if state_key else None
+    return EpisodeData(episode, frames, actions, states, dataset.episode_task(episode))
+
+
+def compose_views(views: list[np.ndarray], canvas: dict | None) -> torch.Tensor:
+    """Camera views [V][L, H, W, 3] -> the training canvas [L, H', W', 3] uint8: the contract's
+    `canvas` (camera_layout, resolution, wrist_index) when the run recorded one, else side by side."""
+    tensors = [torch.from_numpy(np.ascontiguousarray(v)) for v in views]
+    if canvas:
+        try:
+            from wamkit.data.canvas import compose_frames
+        except ImportError as exc:
+            raise WorldModelError("data contract: canvas", f"the run used a camera canvas {canvas} but this wamkit "
+                                  "has no wamkit.data.canvas", "use the wamkit version that trained the run") from exc
+        return compose_frames(tensors, canvas.get("camera_layout", "side_by_side"), int(canvas.get("resolution", 0)),
+                              int(canvas.get("wrist_index", 0)))
+    return torch.cat(tensors, dim=2).contiguous()
+
+
+def chunk_starts(length: int, chunk: int) -> list[int]:
+    """Starts kT of every chunk whose T+1 frames lie inside an episode of `length` frames."""
+    return list(range(0, length - chunk, chunk))
+
+
+@dataclass
+class Rollout:
+    """One mode on one episode. Arrays are [N chunks, T+1, H, W, 3] uint8; frame 0 of `pred` is the
+    tokenizer's reconstruction of the conditioning frame."""
+
+    episode: int
+    mode: str
+    starts: list[int]
+    real: torch.Tensor
+    pred: torch.Tensor
+    baseline: torch.Tensor
+    mean_actions: torch.Tensor  # [N, action_dim] mean normalized action of each chunk
+    wall_seconds: float
+    video_seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def rollout_episode(wm: WorldModel, ep: EpisodeData, mode: str, seed: int = 0, max_batch: int = 8) -> Rollout:
+    if mode not in MODES:
+        raise WorldModelError("modes", f"unknown rollout mode {mode!r}", f"use any of {list(MODES)}")
+    t = wm.chunk_length
+    starts = chunk_starts(len(ep.frames), t)
+    if not starts:
+        raise WorldModelError(f"episode {ep.episode}", f"has {len(ep.frames)} frames, fewer than chunk_length + 1 = {t + 1}",
+                              "pick longer episodes")
+    real = torch.stack([ep.frames[s:s + t + 1] for s in starts])
+    actions = torch.stack([wm.normalize_actions(ep.actions[s:s + t]) for s in starts])
+    states = torch.stack([wm.normalize_states(ep.states[s]) for s in starts]) if wm.use_state else None
+    seeds = [_seed_for(seed, ep.episode, k) for k in range(len(starts))]
+    preds = []
+    wall = time.perf_counter()
+    if mode == "teacher_forced":
+        for i in range(0, len(starts), max_batch):
+            j = slice(i, i + max_batch)
+            preds.append(wm.predict(real[j, 0], actions[j], states[j] if states is not None else None,
+                                    [ep.task] * len(seeds[j]), seeds[j]))
+        pred = torch.cat(preds)
+        baseline = real[:, :1].expand_as(real).clone()
+    else:
+        first = real[0, 0]
+        for k in range(len(starts)):
+            out = wm.predict(first.unsqueeze(0), actions[k:k + 1], states[k:k + 1] if states is not None else None,
+                             [ep.task], [seeds[k]])
+            preds.append(out)
+            first = out[0, -1]
+        pred = torch.cat(preds)
+        baseline = real[:1, :1].expand_as(real).clone()
+    wall = time.perf_counter() - wall
+    return Rollout(ep.episode, mode, starts, real, pred, baseline, actions[..., : wm.action_dim].mean(1), wall,
+                   len(starts) * t / wm.fps)
+
+
+def probe_actions(wm: WorldModel, ep: EpisodeData, scale: float = 1.0) -> tuple[list[tuple[int, str]], torch.Tensor]:
+    """([(axis, '+'|'-'), ...], normalized padded actions [2A, T, max_action_dim])."""
+    mean = wm.normalize_actions(ep.actions).mean(0)
+    keys, rows = [], []
+    for axis in range(wm.action_dim):
+        for sign, s in (("+", 1.0), ("-", -1.0)):
+            row = mean.clone()
+            row[axis] = float(np.clip(float(mean[axis]) + s * scale, -1.0, 1.0))
+            keys.append((axis, sign))
+            rows.append(row.expand(wm.chunk_length, -1))
+    return keys, torch.stack(rows)
+
+
+def probe_episode(wm: WorldModel, ep: EpisodeData, scale: float = 1.0, seed: int = 0, max_batch: int = 8) -> dict:
+    """{axis: {'+': video, '-': video}} uint8 [T+1, H, W, 3], all from recorded frame 0, same noise."""
+    if len(ep.frames) < 1:
+        raise WorldModelError(f"episode {ep.episode}", "has no frames")
+    keys, actions = probe_actions(wm, ep, scale)
+    n = len(keys)
+    first = ep.frames[0].unsqueeze(0).expand(n, -1, -1, -1).contiguous()
+    states = wm.normalize_states(ep.states[0]).unsqueeze(0).expand(n, -1) if wm.use_state else None
+    seed0 = _seed_for(seed, ep.episode, 0, salt=7)
+    videos = []
+    for i in range(0, n, max_batch):
+        j = slice(i, i + max_batch)
+        videos.append(wm.predict(first[j], actions[j], states[j] if states is not None else None,
+                                 [ep.task] * len(keys[j]), [seed0] * len(keys[j])))
+    videos = torch.cat(videos)
+    out: dict = {}
+    for (axis, sign), video in zip(keys, videos):
+        out.setdefault(axis, {})[sign] = video
+    return out

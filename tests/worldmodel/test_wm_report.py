@@ -1,0 +1,94 @@
+"""End to end: train a tiny forward-dynamics model for a few steps, then evaluate it as a world
+model on one episode in both modes and check every report file."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from wamkit.config import load_experiment
+from wamkit.data import write_demo_dataset
+from wamkit.train.trainer import Trainer
+from wamkit.worldmodel import WorldModel, WorldModelError, eval_wm_main
+from wamkit.worldmodel.rollout import chunk_starts
+
+
+
+@pytest.fixture(scope="module")
+def fd_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wm")
+    data = write_demo_dataset(root / "reach", num_episodes=8)
+    cfg = load_experiment("recipes/demo_tiny.toml", [
+        'model.mode="forward_dynamics"', f'job.output_root="{root / "runs"}"', f'data.path="{data}"',
+        "data.generate_demo=false", "trainer.max_iter=4", "checkpoint.save_iter=4", "trainer.samples_per_step=2",
+        "trainer.progress_bar=false", "trainer.val_every=0", "scheduler.warm_up_steps=[1]",
+    ])
+    Trainer(cfg).train()
+    return root / "runs" / cfg.job.name, data
+
+
+def test_chunk_starts():
+    assert chunk_starts(17, 8) == [0, 8]
+    assert chunk_starts(16, 8) == [0]
+    assert chunk_starts(8, 8) == []
+
+
+def test_eval_wm_writes_a_complete_report(fd_run, tmp_path):
+    run_dir, data = fd_run
+    out = tmp_path / "report"
+    rc = eval_wm_main(run_dir, dataset=str(data), episodes=[0], modes=["teacher_forced", "autoregressive"],
+                      out_dir=out, num_steps=2, shift=10.0, guidance=1.0, seed=0)
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["format"] == "wamkit-wm-report" and report["episodes"] == [0]
+    assert report["settings"]["num_steps"] == 2 and report["settings"]["shift"] == 10.0
+    for mode in ("teacher_forced", "autoregressive"):
+        res = report["results"][mode]
+        for which in ("model", "baseline"):
+            r = res[which]
+            assert r["psnr"] is not None and 0 <= r["ssim"] <= 1
+            assert r["per_chunk"] and all(len(c["psnr_by_step"]) == 8 for c in r["per_chunk"])
+            assert {"frames", "seconds", "reached_end", "threshold_db"} <= set(r["usable_horizon"])
+        assert res["model"]["real_time_factor"] > 0 and res["baseline"]["motion_ratio"] == 0.0
+        assert len(res["model"]["psnr_by_chunk_step"]) == 8
+        assert (out / "videos" / f"ep000_{mode}.mp4").stat().st_size > 0
+        assert (out / "plots" / f"{mode}_psnr.png").stat().st_size > 0  # matplotlib is a dependency
+    n_chunks = len(report["results"]["autoregressive"]["model"]["per_chunk"])
+    assert len(report["results"]["autoregressive"]["model"]["psnr_by_horizon"]) == 8 * n_chunks
+    # chunk 0 has the same conditioning and noise in both modes
+    tf0 = report["results"]["teacher_forced"]["model"]["per_chunk"][0]["psnr_by_step"]
+    ar0 = report["results"]["autoregressive"]["model"]["per_chunk"][0]["psnr_by_step"]
+    assert tf0 == pytest.approx(ar0)
+    probes = report["probes"]["0"]
+    assert set(probes["model"]["axes"]) == {"0", "1", "2"} and "separation_deg" in probes["model"]
+    assert (out / "videos" / "ep000_probes.mp4").stat().st_size > 0
+    md = (out / "report.md").read_text()
+    assert "copy-last-frame baseline" in md and md.count("| teacher_forced |") == 2 and md.count("| autoregressive |") == 2
+    for f in report["files"]:
+        assert (out / f).exists(), f
+
+
+def test_policy_checkpoints_are_refused_with_a_fix(fd_run):
+    from wamkit.policy.loading import load_from_checkpoint
+
+    loaded = load_from_checkpoint(fd_run[0])
+    loaded.model_info["mode"] = "policy"
+    with pytest.raises(WorldModelError, match="forward_dynamics"):
+        WorldModel(loaded)
+    wm = WorldModel(loaded, allow_any_mode=True, num_steps=1)
+    assert wm.chunk_length == 8 and wm.use_state
+
+
+def test_compose_views_matches_training_tiling():
+    import numpy as np
+
+    from wamkit.worldmodel.rollout import compose_views
+
+    a = np.zeros((3, 8, 8, 3), np.uint8)
+    b = np.full((3, 8, 8, 3), 200, np.uint8)
+    tiled = compose_views([a, b], None)
+    assert tiled.shape == (3, 8, 16, 3) and int(tiled[0, 0, 8, 0]) == 200
+    if importlib.util.find_spec("wamkit.data.canvas") is not None:
+        same = compose_views([a, b], {"camera_layout": "side_by_side", "resolution": 0, "wrist_index": 0})
+        assert torch.equal(same, tiled)
