@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     demo = data_sub.add_parser("demo", help="write the embedded demo dataset (LeRobot v3.0) to OUT_DIR")
     demo.add_argument("out_dir")
     demo.add_argument("--episodes", type=int, default=32)
+    synth = data_sub.add_parser("synth", help="write a small synthetic dataset with a seed recipe's exact schema")
+    synth.add_argument("schema", help="g1_simple | droid | so101")
+    synth.add_argument("out_dir")
+    synth.add_argument("--episodes", type=int, default=6)
     doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
     doctor.add_argument("path")
     doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
@@ -99,6 +103,11 @@ def _dispatch(args) -> int:
 
         path = write_demo_dataset(args.out_dir, num_episodes=args.episodes)
         print(f"wrote LeRobot v3.0 demo dataset to {path}")
+        return 0
+    if args.command == "data" and args.data_command == "synth":
+        from wamkit.sim.schema_synth import write_schema_dataset
+
+        print(f"wrote {args.schema} schema dataset to {write_schema_dataset(args.schema, args.out_dir, args.episodes)}")
         return 0
     if args.command == "data" and args.data_command == "doctor":
         from wamkit.config import load_experiment

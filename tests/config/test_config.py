@@ -52,3 +52,26 @@ def test_dry_run_of_nano_preset_counts_real_parameters_without_memory(demo_root)
     line = next(l for l in proc.stdout.splitlines() if l.startswith("parameters:"))
     total = int(line.split("total ")[1].split()[0].replace(",", ""))
     assert 15.0e9 < total < 15.6e9  # Cosmos3-Nano: 15.2 B with both pathways
+
+
+def test_recipe_extends_overlays_a_parent(tmp_path):
+    (tmp_path / "full.toml").write_text('[data]\npath = "x"\nchunk_length = 32\nfps = 50.0\n[trainer]\nmax_iter = 9000\n')
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "t.toml").write_text('extends = "../full.toml"\n[trainer]\nmax_iter = 5\n')
+    cfg = load_experiment(tmp_path / "tiny" / "t.toml")
+    assert cfg.trainer.max_iter == 5 and cfg.data.chunk_length == 32 and cfg.data.fps == 50.0
+    (tmp_path / "loop.toml").write_text('extends = "loop.toml"\n')
+    with pytest.raises(ConfigError, match="cycle"):
+        load_experiment(tmp_path / "loop.toml")
+
+
+def test_unset_environment_variable_in_a_path_is_named():
+    import os
+
+    from wamkit.config.schema import expand_env
+
+    os.environ.pop("WAMKIT_TEST_UNSET", None)
+    with pytest.raises(ConfigError, match="WAMKIT_TEST_UNSET"):
+        expand_env("${WAMKIT_TEST_UNSET}/data", "data.path")
+    os.environ["WAMKIT_TEST_FALLBACK"] = "/fb"
+    assert expand_env("${WAMKIT_TEST_UNSET:-$WAMKIT_TEST_FALLBACK}/d", "data.path") == "/fb/d"

@@ -23,18 +23,38 @@ def load_experiment(recipe: str | Path | None, overrides: list[str] = ()) -> Exp
     source = "<defaults>"
     if recipe is not None:
         source = str(recipe)
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(source, "recipe file not found", "pass a path to a .toml recipe, e.g. recipes/demo_tiny.toml")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(source, f"invalid TOML: {exc}", "fix the syntax at the reported line") from exc
+        raw = read_recipe(Path(recipe))
     for item in overrides:
         _apply_override(raw, item)
     config = ExperimentConfig()
     _merge(config, raw, prefix="", source=source)
     return config.validate()
+
+
+def read_recipe(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A recipe's raw table. `extends = "other.toml"` (relative to this file) loads that recipe
+    first and overlays this one, so a tiny variant states only what differs from the full recipe."""
+    if not path.is_file():
+        raise ConfigError(str(path), "recipe file not found", "pass a path to a .toml recipe, e.g. recipes/demo_tiny.toml")
+    if path.resolve() in seen:
+        raise ConfigError(str(path), "extends itself through a cycle", "remove the circular `extends`")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"invalid TOML: {exc}", "fix the syntax at the reported line") from exc
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends", "must be a path string", 'e.g. extends = "../g1_simple.toml"')
+    return _overlay(read_recipe(path.parent / parent, seen + (path.resolve(),)), raw)
+
+
+def _overlay(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _overlay(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def config_from_dict(data: dict, source: str = "resolved config") -> ExperimentConfig:

@@ -26,31 +26,40 @@ DEFAULT_CAMERA_KEY = "observation.images.front"
 
 @dataclass
 class RecordedEpisode:
-    """One episode: states [L, Ds], actions [L, Da], frames [L, H, W, 3] uint8 (row t: obs before action t)."""
+    """One episode: states [L, Ds], actions [L, Da], frames [L, H, W, 3] uint8 (row t: obs before action t),
+    or a dict camera key -> such frames for several cameras."""
 
     task: str
     states: np.ndarray
     actions: np.ndarray
-    frames: np.ndarray
+    frames: np.ndarray | dict[str, np.ndarray]
+
+    def camera_frames(self, default_key: str) -> dict[str, np.ndarray]:
+        return self.frames if isinstance(self.frames, dict) else {default_key: self.frames}
 
 
-def _check_episodes(episodes: Sequence[RecordedEpisode]) -> tuple[int, int, int, int]:
+def _check_episodes(episodes: Sequence[RecordedEpisode], camera_key: str) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    """(state dim, action dim, camera key -> (H, W)), after checking every episode agrees."""
     if not episodes:
         raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
     ds, da = episodes[0].states.shape[1], episodes[0].actions.shape[1]
-    h, w = episodes[0].frames.shape[1:3]
+    sizes = {k: f.shape[1:3] for k, f in episodes[0].camera_frames(camera_key).items()}
     for i, e in enumerate(episodes):
         n = len(e.states)
-        if n < 1 or e.states.shape != (n, ds) or e.actions.shape != (n, da) or e.frames.shape != (n, h, w, 3):
+        cams = e.camera_frames(camera_key)
+        if n < 1 or e.states.shape != (n, ds) or e.actions.shape != (n, da) or set(cams) != set(sizes) or any(
+                f.shape != (n, *sizes[k], 3) for k, f in cams.items()):
             raise DataError(f"write_lerobot_dataset: episode {i}", f"inconsistent shapes states {e.states.shape} "
-                            f"actions {e.actions.shape} frames {e.frames.shape}", "record rows of equal length and size")
-        if e.frames.dtype != np.uint8:
-            raise DataError(f"write_lerobot_dataset: episode {i}", f"frames dtype {e.frames.dtype}", "pass uint8 frames")
+                            f"actions {e.actions.shape} frames {({k: f.shape for k, f in cams.items()})}",
+                            "record rows of equal length and size, with the same cameras")
+        if any(f.dtype != np.uint8 for f in cams.values()):
+            raise DataError(f"write_lerobot_dataset: episode {i}", "frames are not uint8", "pass uint8 frames")
         if not (np.all(np.isfinite(e.states)) and np.all(np.isfinite(e.actions))):
             raise DataError(f"write_lerobot_dataset: episode {i}", "NaN/inf in states or actions", "drop the episode")
-    if h % 2 or w % 2:
-        raise DataError("write_lerobot_dataset", f"frame size {h}x{w} is odd", "yuv420p needs even sizes")
-    return ds, da, h, w
+    for key, (h, w) in sizes.items():
+        if h % 2 or w % 2:
+            raise DataError(f"write_lerobot_dataset: {key}", f"frame size {h}x{w} is odd", "yuv420p needs even sizes")
+    return ds, da, sizes
 
 
 def _widen_constant(stats: dict, key: str, bounds: tuple[Sequence[float], Sequence[float]] | None) -> list[int]:
@@ -81,7 +90,7 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
     """Write `episodes` as a LeRobot v3.0 dataset (H.264 video), atomically (temp dir, then rename).
     Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds."""
     out_dir = Path(out_dir)
-    ds, da, h, w = _check_episodes(episodes)
+    ds, da, sizes = _check_episodes(episodes, camera_key)
     if len(state_names) != ds or len(action_names) != da:
         raise DataError("write_lerobot_dataset", f"names ({len(state_names)} state, {len(action_names)} action) do not "
                         f"match the data ({ds}, {da})", "pass one name per channel")
@@ -112,17 +121,19 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
                 "index": pa.array(np.arange(first_index, first_index + n), pa.int64()),
                 "task_index": pa.array(np.repeat([task_index[e.task] for e in group], lengths), pa.int64()),
             })
-            _encode_video(tmp / VIDEO_PATH.format(video_key=camera_key, chunk_index=chunk, file_index=fidx),
-                          np.concatenate([e.frames for e in group]), fps, "libx264")
+            for key in sizes:
+                _encode_video(tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
+                              np.concatenate([e.camera_frames(camera_key)[key] for e in group]), fps, "libx264")
             rows, offset = [], 0
             for j, (ep, k) in enumerate(zip(group, lengths)):
-                rows.append({"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
-                             "data/chunk_index": chunk, "data/file_index": fidx,
-                             "dataset_from_index": first_index + offset, "dataset_to_index": first_index + offset + k,
-                             f"videos/{camera_key}/chunk_index": chunk, f"videos/{camera_key}/file_index": fidx,
-                             f"videos/{camera_key}/from_timestamp": offset / fps,
-                             f"videos/{camera_key}/to_timestamp": (offset + k) / fps,
-                             "meta/episodes/chunk_index": chunk, "meta/episodes/file_index": fidx})
+                row = {"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
+                       "data/chunk_index": chunk, "data/file_index": fidx,
+                       "dataset_from_index": first_index + offset, "dataset_to_index": first_index + offset + k,
+                       "meta/episodes/chunk_index": chunk, "meta/episodes/file_index": fidx}
+                for key in sizes:
+                    row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": fidx,
+                                f"videos/{key}/from_timestamp": offset / fps, f"videos/{key}/to_timestamp": (offset + k) / fps})
+                rows.append(row)
                 offset += k
             _write_table(tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
             first_ep += len(group)
@@ -143,10 +154,11 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
             "fps": fps, "splits": {"train": f"0:{len(episodes)}"},
             "data_path": DATA_PATH, "video_path": VIDEO_PATH,
             "features": {
-                camera_key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
-                             "info": {"video.height": h, "video.width": w, "video.codec": "h264",
-                                      "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
-                                      "video.channels": 3, "has_audio": False}},
+                **{key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
+                         "info": {"video.height": h, "video.width": w, "video.codec": "h264",
+                                  "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
+                                  "video.channels": 3, "has_audio": False}}
+                   for key, (h, w) in sizes.items()},
                 "observation.state": {"dtype": "float32", "shape": [ds], "names": list(state_names)},
                 "action": {"dtype": "float32", "shape": [da], "names": list(action_names)},
                 "timestamp": {"dtype": "float32", **scalar}, "frame_index": {"dtype": "int64", **scalar},
