@@ -22,3 +22,7 @@ if [ "${WAMKIT_SIM:-1}" = "1" ]; then
 fi
 # openpi's client for tests/serve: it pins numpy<2 but runs on numpy 2, so install it without deps
 python -m pip install --quiet --no-deps "openpi-client==0.1.2"
+# FFmpeg libraries for torchcodec in the LeRobot interop venv (tests/interop builds that venv itself)
+if [ "${WAMKIT_SIM:-1}" = "1" ] && ! ldconfig -p | grep -q libavcodec && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null
+fi

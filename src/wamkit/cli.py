@@ -1,4 +1,4 @@
-"""`wamkit` command line: train | data | serve | sim | eval."""
+"""`wamkit` command line: train | distill | export | serve | data | sim | eval."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("schema", help="g1_simple | droid | so101")
     synth.add_argument("out_dir")
     synth.add_argument("--episodes", type=int, default=6)
+    validate = data_sub.add_parser("validate", help="check a sim-bimanual local bundle; --materialize builds one packed sample")
+    validate.add_argument("--bundle", required=True, help="bundle directory (manifest.json + samples.json)")
+    validate.add_argument("--materialize", action="store_true", help="also build one packed sample of --stage and report shapes/dtypes")
+    validate.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
     doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
     doctor.add_argument("path")
     doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
@@ -36,6 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     stats.add_argument("path")
     stats.add_argument("--keys", nargs="*", default=[], help="features to cover (default: every numeric feature)")
     stats.add_argument("--overwrite", action="store_true")
+
+    distill = sub.add_parser("distill", help="stage 2/3 distillation (TF-dCM / SF-DMD) from a recipe with a [distill] section")
+    distill.add_argument("recipe")
+    distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    distill.add_argument("--device", default="cpu")
+
+    export = sub.add_parser("export", help="export a run's checkpoint to a self-contained diffusers-format directory")
+    export.add_argument("path", help="run directory or checkpoints/iter_<N>")
+    export.add_argument("out_dir")
+    export.add_argument("--raw", action="store_true", help="export the raw weights instead of the EMA")
+    export.add_argument("--student-only", action="store_true", help="distillation run: export the student's EMA (+ student.json with its sampling ladder)")
 
     serve = sub.add_parser("serve", help="serve a policy over websockets (openpi protocol; GET /healthz)")
     serve.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
@@ -134,6 +149,25 @@ def _dispatch(args) -> int:
         from wamkit.eval.sim_eval import eval_sim_main
 
         return eval_sim_main(args)
+    if args.command == "data" and args.data_command == "validate":
+        from wamkit.bimanual import validate_main
+
+        return validate_main(args.bundle, materialize=args.materialize, stage=args.stage)
+    if args.command == "distill":
+        from wamkit.distill import distill_main
+
+        print("[wamkit] done: " + json.dumps(distill_main(args.recipe, args.overrides, device=args.device), indent=2))
+        return 0
+    if args.command == "export":
+        if args.student_only:
+            from wamkit.distill import export_student
+
+            print(f"exported student EMA to {export_student(args.path, args.out_dir)}")
+            return 0
+        from wamkit.export import export_run
+
+        print(f"exported to {export_run(args.path, args.out_dir, use_ema=not args.raw)}")
+        return 0
     if args.command == "serve":
         from wamkit.serve import serve_main
 

@@ -16,6 +16,7 @@ NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 TOKENIZER_KINDS = ("pixel", "wan2.2")
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
+ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
 
 @dataclass
@@ -59,6 +60,9 @@ class DataConfig:
     trajectory_key_field: str = ""  # "" -> episode_index; else a meta/episodes column naming the trajectory
     include_failures: bool = False  # data.path holding success/ (+ failure/): also train on failure/
     shuffle: str = "windows"  # windows (permute all windows per epoch) | episodes (permute episodes, windows in order)
+    # DROID-style action spaces; "" for datasets with one action column. The DROID state is joint
+    # positions, so a state row is only meaningful with joint_pos actions (the seed's rule).
+    action_space: str = ""  # "" | joint_pos | joint_velocity | cartesian_position | cartesian_velocity
 
     def resolved_path(self) -> Path:
         return Path(expand_env(self.path, "data.path")).expanduser()
@@ -105,6 +109,11 @@ class DiffusionConfig:
     base_resolution: int = 256
     logit_mean: float = 0.0
     logit_std: float = 1.0
+    # 0: bidirectional attention among a sample's generation tokens. K > 0: block-causal teacher forcing
+    # (chunk-autoregressive world model): latent frames 1.. form chunks of K frames; each step draws one
+    # target chunk per sample, keeps every other chunk clean, and its tokens attend only to earlier
+    # chunks and themselves (wamkit.model.packing.SequenceSample.causal_chunk_frames)
+    causal_chunk_frames: int = 0
 
 
 @dataclass
@@ -204,6 +213,12 @@ class ExperimentConfig:
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
         _choice("data.camera_layout", self.data.camera_layout, ("side_by_side", "concat_view"))
         _choice("data.shuffle", self.data.shuffle, ("windows", "episodes"))
+        _choice("data.action_space", self.data.action_space, ACTION_SPACES)
+        if self.data.use_state and self.data.action_space not in ("", "joint_pos"):
+            raise ConfigError(
+                "data.use_state", f"is true with data.action_space = {self.data.action_space!r}",
+                "the state is joint positions: use action_space = 'joint_pos', or set use_state = false",
+            )
         if self.data.resolution not in (0, 256, 480, 720):
             raise ConfigError("data.resolution", f"{self.data.resolution} is not one of [0, 256, 480, 720]", "use 0 (native), 256, 480 or 720")
         if self.data.state_normalization:
@@ -229,6 +244,8 @@ class ExperimentConfig:
         for name in ("max_iter", "samples_per_step", "grad_accum_iter", "log_every"):
             if getattr(self.trainer, name) <= 0:
                 raise ConfigError(f"trainer.{name}", "must be positive", "")
+        if self.diffusion.causal_chunk_frames < 0:
+            raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
         if self.checkpoint.save_iter <= 0:
             raise ConfigError("checkpoint.save_iter", "must be positive", "set it to max_iter to save once")
         if self.model.tokenizer == "wan2.2" and not self.model.vae_path:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from wamkit.data.canvas import CanvasTransform
 from wamkit.data.normalize import Normalizer
 from wamkit.data.windows import Window
 from wamkit.errors import DataError
@@ -18,7 +19,7 @@ from wamkit.errors import DataError
 
 @dataclass
 class TrainingSample:
-    """video [T+1, H, V*W, 3] uint8, actions [T, A] f32, state [A] f32 | None, action_mask [A] bool."""
+    """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool."""
 
     video: torch.Tensor
     actions: torch.Tensor
@@ -29,10 +30,11 @@ class TrainingSample:
 
 
 class SampleTransform:
-    """Window -> TrainingSample: normalize, pad to max_action_dim, tile cameras."""
+    """Window -> TrainingSample: normalize, pad to max_action_dim, compose the cameras (`canvas`,
+    default: side by side at native resolution)."""
 
     def __init__(self, action_normalizer: Normalizer, state_normalizer: Normalizer | None, max_action_dim: int,
-                 use_state: bool, domain_id: int):
+                 use_state: bool, domain_id: int, canvas: CanvasTransform | None = None):
         if max_action_dim < 1:
             raise DataError("model.max_action_dim", f"is {max_action_dim}", "set a positive max_action_dim")
         if use_state and state_normalizer is None:
@@ -40,6 +42,7 @@ class SampleTransform:
                             "set a state feature (data.state_key) or set data.use_state = false")
         self.action_normalizer, self.state_normalizer = action_normalizer, state_normalizer
         self.max_action_dim, self.use_state, self.domain_id = int(max_action_dim), bool(use_state), int(domain_id)
+        self.canvas = canvas or CanvasTransform()
         self._check_dim(action_normalizer.dim, action_normalizer.key)
         if use_state:
             self._check_dim(state_normalizer.dim, state_normalizer.key)
@@ -65,6 +68,6 @@ class SampleTransform:
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
             first = window.state[0].float()
             state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
-        video = torch.cat(list(window.video), dim=2)  # [V, T+1, H, W, 3] -> [T+1, H, V*W, 3]
+        video = self.canvas(window.video)  # [V, T+1, H, W, 3] -> [T+1, H', W', 3]
         return TrainingSample(video=video.contiguous(), actions=actions.float(), state=state if state is None
                               else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)

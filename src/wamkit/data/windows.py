@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
+from wamkit.data.selection import KeepRanges, NoWindowsKept, trajectory_keys
 from wamkit.errors import DataError
 
 
@@ -30,17 +31,23 @@ class Window:
 
 
 class WindowDataset(Dataset):
-    """All (episode, start) windows of `chunk_length` actions over the given episodes."""
+    """All (episode, start) windows of `chunk_length` actions over the given episodes, optionally
+    filtered by `keep_ranges` (see wamkit.data.selection; keys from `trajectory_key_field`).
+
+    `dataset` is a LeRobotV3Dataset or a MultiDataset (same interface). The index lists windows grouped
+    by episode, in episode order, starts ascending."""
 
     def __init__(self, dataset: LeRobotV3Dataset, episodes: Sequence[int], chunk_length: int,
                  camera_keys: Sequence[str] | None = None, state_key: str | None = "observation.state",
-                 action_key: str = "action", stride: int = 1):
+                 action_key: str = "action", stride: int = 1, keep_ranges: KeepRanges | None = None,
+                 trajectory_key_field: str = ""):
         if chunk_length < 1 or stride < 1:
             raise DataError("WindowDataset", f"chunk_length={chunk_length}, stride={stride}: both must be >= 1",
                             "set data.chunk_length and data.stride to positive integers")
         self.dataset, self.chunk_length, self.stride = dataset, int(chunk_length), int(stride)
         self.camera_keys = list(dataset.camera_keys if camera_keys is None else camera_keys)
         self.state_key, self.action_key = state_key, action_key
+        self.keep_ranges, self.trajectory_key_field = keep_ranges, trajectory_key_field
         self._check_keys()
         self.index = self._build_index(list(episodes))
 
@@ -64,12 +71,29 @@ class WindowDataset(Dataset):
         need = self.chunk_length + 1
         pairs = [(ep, s) for ep in episodes
                  for s in range(0, self.dataset.episode_length(ep) - need + 1, self.stride)]
+        if self.keep_ranges is not None and pairs:
+            pairs = self._filter(pairs)
         if not pairs:
             longest = max((self.dataset.episode_length(ep) for ep in episodes), default=0)
             raise DataError(f"{self.dataset.root}: episodes", f"no episode has {need} frames for chunk_length="
                             f"{self.chunk_length} (longest of {len(episodes)} selected has {longest})",
                             f"lower data.chunk_length to at most {max(longest - 1, 0)} or add longer episodes")
         return np.asarray(pairs, dtype=np.int64)
+
+    def _filter(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        keys = trajectory_keys(self.dataset, self.trajectory_key_field)
+        arr = np.asarray(pairs, dtype=np.int64)
+        kept = []
+        for ep in dict.fromkeys(int(e) for e in arr[:, 0]):
+            starts = self.keep_ranges.starts(keys[ep], arr[arr[:, 0] == ep, 1], self.chunk_length)
+            kept.extend((ep, int(s)) for s in starts)
+        if not kept:
+            raise NoWindowsKept(f"data.keep_ranges_path: {self.keep_ranges.source}", f"keeps no window of the "
+                            f"{len(set(arr[:, 0].tolist()))} selected episodes (chunk_length={self.chunk_length}); "
+                            f"episode keys look like {sorted(set(keys.values()))[:3]}, filter keys like "
+                            f"{sorted(self.keep_ranges.ranges)[:3]}",
+                            "check data.trajectory_key_field and that ranges are longer than chunk_length")
+        return kept
 
     def __len__(self) -> int:
         return len(self.index)

@@ -53,6 +53,7 @@ class ModeObjective:
         self.prompt_template = prompt_template
         self.fps = fps
         self.processor = install_packed_attention(model, attention)
+        self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
@@ -117,11 +118,20 @@ class ModeObjective:
         noisy_rows, action_target = add_noise(rows, sigma, action_noise)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
         noisy_rows[clean_rows] = rows[clean_rows]
+        if self.causal_chunk_frames > 0 and mode != "inverse_dynamics":
+            # Teacher forcing: one target chunk (drawn after all noise, so bidirectional runs keep their
+            # random stream) is noisy; every other chunk holds clean ground truth. Block-causal masks keep
+            # later chunks from leaking into it, so its context is exactly the clean earlier chunks.
+            k = self.causal_chunk_frames
+            chunk_of = [0] + [1 + (f - 1) // k for f in range(1, x0.shape[1])]
+            target = int(torch.randint(1, max(chunk_of) + 1, (1,), generator=generator)) if max(chunk_of) > 0 else 0
+            clean_frames = [f for f in range(x0.shape[1]) if chunk_of[f] != target]
+            noisy_video[:, clean_frames] = x0[:, clean_frames]
         text = self.text_tokenizer.encode(self.prompt_template.format(task=sample.task))
         seq = SequenceSample(
             text_ids=text, video=noisy_video, actions=noisy_rows, clean_video_frames=clean_frames,
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
-            action_start_frame=0 if has_state else 1,
+            action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames,
         )
         return seq, {"video": video_target, "action": action_target}
 

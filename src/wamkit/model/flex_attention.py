@@ -25,14 +25,17 @@ class FlexPackedAttention(PackedAttention):
         self.compiled = compiled
         self.und_block = self.gen_block = None
 
-    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor) -> None:
+    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
         kv_ids = torch.cat([und_ids, gen_ids])
+        kv_chunks = None if gen_chunk_ids is None else torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids])
 
         def und_mask(b, h, q, kv):
             return (und_ids[q] == und_ids[kv]) & (q >= kv)
 
         def gen_mask(b, h, q, kv):
-            return gen_ids[q] == kv_ids[kv]
+            if kv_chunks is None:
+                return gen_ids[q] == kv_ids[kv]
+            return (gen_ids[q] == kv_ids[kv]) & (kv_chunks[kv] <= gen_chunk_ids[q])  # block-causal
 
         n_und, n_gen, device = len(und_ids), len(gen_ids), und_ids.device
         self.und_block = create_block_mask(und_mask, None, None, n_und, n_und, device=device)

@@ -31,6 +31,16 @@ class SequenceSample:
     domain_id: int = 0
     fps: float = 24.0
     action_start_frame: int = 1  # pixel frame of the first action row (0 when a state row leads)
+    # Block-causal generation (teacher forcing / chunk-autoregressive): 0 = bidirectional. K > 0 groups
+    # latent frames into chunks (frame 0 alone is chunk 0, then K frames per chunk); a generation token
+    # attends only to generation tokens of its own and earlier chunks (and to its sample's text). An
+    # action row belongs to the chunk of the latent frame of the pixel frame it leads into.
+    causal_chunk_frames: int = 0
+
+    def frame_chunk_ids(self) -> list[int]:
+        """Chunk id of every latent frame (all 0 when bidirectional)."""
+        k = self.causal_chunk_frames
+        return [0 if (k <= 0 or f == 0) else 1 + (f - 1) // k for f in range(self.video.shape[1])]
 
     def noisy_video_frames(self) -> list[int]:
         return [f for f in range(self.video.shape[1]) if f not in set(self.clean_video_frames)]
@@ -49,6 +59,7 @@ class PackedBatch:
     num_samples: int
     vision_noisy_frames: list[list[int]] = field(default_factory=list)
     action_noisy_rows: list[list[int]] = field(default_factory=list)
+    gen_chunk_ids: torch.Tensor | None = None  # [sequence_length - und_len]; None = bidirectional
 
 
 def text_positions(num_tokens: int) -> torch.Tensor:
@@ -85,6 +96,7 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
     vision_seq, vision_loss, vision_shapes, vision_noisy, vision_t = [], [], [], [], []
     action_seq, action_loss, action_shapes, action_noisy, action_t, domains = [], [], [], [], [], []
     cursor = und_len
+    chunk_ids: list[torch.Tensor] = []
     for i, s in enumerate(samples):
         n_text = len(s.text_ids)
         input_ids.extend(s.text_ids)
@@ -102,6 +114,8 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
         vision_t.extend([s.sigma * 1000.0] * (len(noisy) * per_frame))
         vision_shapes.append(grid)
         gen_pos.append(grid_positions(*grid, offset, s.fps if fps_mod else None, base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR))
+        frame_chunk = s.frame_chunk_ids()
+        chunk_ids.append(torch.tensor(frame_chunk, dtype=torch.long).repeat_interleave(per_frame))
         cursor += n_vision
         n_gen = n_vision
         if s.actions is not None:
@@ -114,6 +128,8 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
             action_shapes.append((n_act, 1, 1))
             domains.append(torch.tensor(s.domain_id, dtype=torch.long))
             gen_pos.append(grid_positions(n_act, 1, 1, offset, s.fps if fps_mod else None, base_fps, 1, TEMPORAL_FACTOR, s.action_start_frame))
+            pixel = [s.action_start_frame + r for r in range(n_act)]  # latent frame of pixel frame p: ceil(p / 4)
+            chunk_ids.append(torch.tensor([frame_chunk[min((p + TEMPORAL_FACTOR - 1) // TEMPORAL_FACTOR, t - 1)] for p in pixel], dtype=torch.long))
             cursor += n_act
             n_gen += n_act
         gen_ids.extend([i] * n_gen)
@@ -152,6 +168,7 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
         num_samples=len(samples),
         vision_noisy_frames=[v.tolist() for v in vision_noisy],
         action_noisy_rows=[a.tolist() for a in action_noisy],
+        gen_chunk_ids=torch.cat(chunk_ids).to(device) if any(s.causal_chunk_frames > 0 for s in samples) else None,
     )
 
 
@@ -163,11 +180,14 @@ class PackedAttention:
         self.und_mask: torch.Tensor | None = None
         self.gen_mask: torch.Tensor | None = None
 
-    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor) -> None:
+    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
         same_und = und_ids[:, None] == und_ids[None, :]
         causal = torch.ones_like(same_und).tril()
         self.und_mask = same_und & causal
         self.gen_mask = gen_ids[:, None] == torch.cat([und_ids, gen_ids])[None, :]
+        if gen_chunk_ids is not None:  # block-causal: text always visible, generation keys of chunks <= own
+            kv_chunks = torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids])
+            self.gen_mask = self.gen_mask & (kv_chunks[None, :] <= gen_chunk_ids[:, None])
 
     def clear(self) -> None:
         self.und_mask = self.gen_mask = None
@@ -227,7 +247,10 @@ def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
 
 @contextmanager
 def packed_layout(processor: PackedAttention, batch: PackedBatch):
-    processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids)
+    if batch.gen_chunk_ids is None:
+        processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids)
+    else:
+        processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids, gen_chunk_ids=batch.gen_chunk_ids)
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from wamkit.data import Normalizer
+from wamkit.data.canvas import compose_canvas
 from wamkit.diffusion.flow import resolution_shift
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
@@ -131,12 +132,17 @@ class Policy:
         if cameras and image.shape[0] != len(cameras):
             raise PolicyInputError(where, f"has {image.shape[0]} camera view(s), the model was trained on {len(cameras)} {cameras}",
                                    "stack the views in this camera order as [V, H, W, 3]")
+        canvas = self.contract.get("canvas", {})  # the same composition training used
+        try:
+            frame = compose_canvas(list(image), canvas.get("camera_layout", "side_by_side"), canvas.get("resolution", 0), canvas.get("wrist_index", 0))
+        except WamkitError as exc:
+            raise PolicyInputError(where, exc.problem, exc.fix) from exc
         factor = int(getattr(self.video_tokenizer, "spatial_factor", 1))
-        h, w = image.shape[1], image.shape[2]
+        h, w = frame.shape[0], frame.shape[1]
         if h == 0 or w == 0 or h % factor or w % factor:
             raise PolicyInputError(where, f"frame size {h}x{w} is not a positive multiple of the tokenizer's spatial factor {factor}",
                                    "resize to the training resolution")
-        return torch.from_numpy(np.concatenate(list(image), axis=1).copy())  # cameras side by side, as in training
+        return torch.from_numpy(np.ascontiguousarray(frame))
 
     def _state(self, where: str, state) -> torch.Tensor:
         if state is None:

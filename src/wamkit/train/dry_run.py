@@ -6,10 +6,15 @@ from __future__ import annotations
 import math
 
 from wamkit.config import format_config
+from wamkit.data.canvas import CanvasTransform
+from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
+
+
+NOMINAL_VIEW = (720, 1280)  # camera size assumed by a dry run without the dataset (then fitted to the tier)
 
 
 def describe(cfg) -> str:
@@ -62,25 +67,32 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
     """Printable lines and the total tokens per sample (0 when the dataset is not at hand)."""
     try:
         root = cfg.data.resolved_path()
+        at_hand = (root / "meta" / "info.json").exists() or is_multi_root(root) or cfg.data.generate_demo
     except ConfigError as exc:
-        return [f"dataset path not resolvable ({exc.problem}): token counts need the dataset"], 0
-    if not (root / "meta" / "info.json").exists() and not cfg.data.generate_demo:
-        return [f"dataset {root} not found: frame size unknown, token counts need the dataset"], 0
-    dataset = open_dataset(cfg)
-    cameras = cfg.data.camera_keys or dataset.camera_keys
-    shapes = [dataset.features[k]["shape"] for k in cameras]
-    height = max(s[0] for s in shapes)
-    width = sum(s[1] for s in shapes)  # cameras side by side
+        root, at_hand = f"{cfg.data.path} ({exc.problem})", False
+    if at_hand:
+        dataset = open_dataset(cfg)
+        cameras = cfg.data.camera_keys or dataset.camera_keys
+        views = [tuple(dataset.features[k]["shape"][:2]) for k in cameras]
+        source = f"dataset {root}: fps {dataset.fps}, {len(dataset.episode_indices)} episodes, cameras {cameras}"
+        task = dataset.episode_task(dataset.episode_indices[0])
+    elif cfg.data.resolution:
+        cameras = cfg.data.camera_keys or ["camera"]
+        views = [NOMINAL_VIEW] * len(cameras)
+        source = f"dataset {root} not at hand: assuming {len(cameras)} camera(s) of {NOMINAL_VIEW[0]}x{NOMINAL_VIEW[1]} (16:9)"
+        task = "a typical task description of a few words"
+    else:
+        return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], 0
+    height, width = CanvasTransform.from_config(cfg.data, cameras).size(views)
     factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
     patch = model.config.latent_patch_size
     t = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
     per_frame = math.ceil(height / factor / patch) * math.ceil(width / factor / patch)
     vision = t * per_frame
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
-    task = dataset.episode_task(dataset.episode_indices[0])
     text = len(text_tok.encode(cfg.data.prompt_template.format(task=task))) if text_tok else cfg.model.max_text_tokens
     return [
-        f"dataset {root}: fps {dataset.fps}, {len(dataset.episode_indices)} episodes, cameras {cameras}, canvas {height}x{width}",
+        f"{source}; canvas {height}x{width}",
         f"text {text} (e.g. {task!r}) + video {vision} ({t} latent frames x {per_frame} patches) + action {actions} "
         f"({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {text + vision + actions}",
     ], text + vision + actions

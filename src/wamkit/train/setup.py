@@ -10,6 +10,9 @@ import torch
 
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
 from wamkit.config.schema import expand_env
+from wamkit.data.canvas import CanvasTransform
+from wamkit.data.multi import is_multi_root, open_lerobot
+from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
@@ -27,12 +30,16 @@ class RunData:
 
 def open_dataset(cfg) -> LeRobotV3Dataset:
     root = cfg.data.resolved_path()
-    if not (root / "meta" / "info.json").exists() and cfg.data.generate_demo:
+    if not (root / "meta" / "info.json").exists() and not is_multi_root(root) and cfg.data.generate_demo:
         write_demo_dataset(root)
-    return LeRobotV3Dataset(root, expected_fps=cfg.data.fps)
+    return open_lerobot(root, expected_fps=cfg.data.fps, include_failures=cfg.data.include_failures)
 
 
 def build_run_data(cfg) -> RunData:
+    from wamkit.bimanual.bundle import build_bundle_run_data, is_bundle
+
+    if is_bundle(cfg.data.resolved_path()):  # a local sim-bimanual bundle (manifest.json + samples.json)
+        return build_bundle_run_data(cfg)
     dataset = open_dataset(cfg)
     if dataset.stats is None:
         raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
@@ -40,8 +47,17 @@ def build_run_data(cfg) -> RunData:
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
 
+    keep = KeepRanges.load(expand_env(cfg.data.keep_ranges_path, "data.keep_ranges_path")) if cfg.data.keep_ranges_path else None
+
     def windows(episodes):
-        return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key)
+        return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key,
+                             keep_ranges=keep, trajectory_key_field=cfg.data.trajectory_key_field)
+
+    def val_windows(episodes):  # a keep-ranges filter may leave no validation window: then no validation
+        try:
+            return windows(episodes) if episodes else None
+        except NoWindowsKept:
+            return None
 
     source = f"{dataset.root}/meta/stats.json"
     action_norm = Normalizer.from_stats(dataset.stats, cfg.data.action_key, cfg.data.normalization, source)
@@ -49,7 +65,9 @@ def build_run_data(cfg) -> RunData:
     if cfg.data.use_state:
         mode = cfg.data.state_normalization or cfg.data.normalization
         state_norm = Normalizer.from_stats(dataset.stats, cfg.data.state_key, mode, source)
-    transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id)
+    canvas = CanvasTransform.from_config(cfg.data, cameras or dataset.camera_keys)
+    transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id,
+                                canvas=canvas)
     contract = {
         "dataset": str(dataset.root),
         "fps": dataset.fps,
@@ -64,12 +82,13 @@ def build_run_data(cfg) -> RunData:
         "domain_name": cfg.data.domain_name,
         "domain_id": cfg.data.domain_id,
         "prompt_template": cfg.data.prompt_template,
+        "canvas": canvas.state_dict(),  # compose_canvas(images, camera_layout, resolution, wrist_index)
         "action_normalizer": action_norm.state_dict(),
         "state_normalizer": state_norm.state_dict() if state_norm else None,
         "train_episodes": train_eps,
         "val_episodes": val_eps,
     }
-    return RunData(dataset, windows(train_eps), windows(val_eps) if val_eps else None, transform, contract)
+    return RunData(dataset, windows(train_eps), val_windows(val_eps), transform, contract)
 
 
 def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):

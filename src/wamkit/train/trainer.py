@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-from wamkit.config import config_to_dict, format_config
+from wamkit.config import ExperimentConfig, config_to_dict, format_config
+from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError
 from wamkit.model.lora import prepare_trainable
@@ -73,7 +74,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.model, cfg.ema.beta, cfg.ema.warmup) if cfg.ema.enabled else None
-        self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
+        self.order = (EpisodeShuffleOrder.from_windows(self.data.train_windows, cfg.job.seed)
+                      if cfg.data.shuffle == "episodes" else SampleOrder(len(self.data.train_windows), cfg.job.seed))
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
 
@@ -132,9 +134,10 @@ class Trainer:
         if not saved.exists():
             return
         before, now = json.loads(saved.read_text()), config_to_dict(self.cfg)
+        defaults = config_to_dict(ExperimentConfig())  # a knob added since the run started had its default
         changed = [
             f"{section}.{key}" for section, values in now.items() for key, value in values.items()
-            if f"{section}.{key}" not in RESUMABLE_KNOBS and before.get(section, {}).get(key) != value
+            if f"{section}.{key}" not in RESUMABLE_KNOBS and before.get(section, {}).get(key, defaults[section][key]) != value
         ]
         if changed:
             raise CheckpointError(

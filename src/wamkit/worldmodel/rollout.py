@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from wamkit.data import LeRobotV3Dataset, Normalizer
+from wamkit.data.canvas import compose_frames
 from wamkit.diffusion.flow import resolution_shift
 from wamkit.errors import WamkitError
 from wamkit.model.packing import install_packed_attention
@@ -157,18 +158,12 @@ def load_episode(dataset: LeRobotV3Dataset, episode: int, contract: dict) -> Epi
 
 
 def compose_views(views: list[np.ndarray], canvas: dict | None) -> torch.Tensor:
-    """Camera views [V][L, H, W, 3] -> the training canvas [L, H', W', 3] uint8: the contract's
-    `canvas` (camera_layout, resolution, wrist_index) when the run recorded one, else side by side."""
+    """Camera views [V][L, H, W, 3] -> the training canvas [L, H', W', 3] uint8, composed exactly as
+    training did from the contract's `canvas` (side by side at native size when absent)."""
+    canvas = canvas or {}
     tensors = [torch.from_numpy(np.ascontiguousarray(v)) for v in views]
-    if canvas:
-        try:
-            from wamkit.data.canvas import compose_frames
-        except ImportError as exc:
-            raise WorldModelError("data contract: canvas", f"the run used a camera canvas {canvas} but this wamkit "
-                                  "has no wamkit.data.canvas", "use the wamkit version that trained the run") from exc
-        return compose_frames(tensors, canvas.get("camera_layout", "side_by_side"), int(canvas.get("resolution", 0)),
-                              int(canvas.get("wrist_index", 0)))
-    return torch.cat(tensors, dim=2).contiguous()
+    return compose_frames(tensors, canvas.get("camera_layout", "side_by_side"), int(canvas.get("resolution", 0)),
+                          int(canvas.get("wrist_index", 0)))
 
 
 def chunk_starts(length: int, chunk: int) -> list[int]:

@@ -1,0 +1,93 @@
+"""Windows/s of wamkit's data path vs LeRobot's own LeRobotDataset on the same datasets.
+
+    python benchmarks/data_throughput.py [--workers 2] [--num 48] [--chunk 8] [--tiers 256 480]
+
+For each tier a synthetic dataset (2 cameras, AV1, several episodes) is written with LeRobot's own
+writer (lerobot-dataset==0.4.4, in the separate venv of tests/interop, built on first use). Then, with
+the same number of DataLoader workers and random windows of chunk+1 frames per camera:
+
+* wamkit: WindowDataset + SampleTransform (normalize, pad, side-by-side canvas) through a DataLoader;
+* LeRobot: LeRobotDataset with equivalent delta_timestamps (state/cameras chunk+1, actions chunk),
+  its default decoder (torchcodec), run inside the LeRobot venv.
+
+Prints a markdown table and the ratio wamkit / LeRobot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.interop import lerobot_venv  # noqa: E402
+from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset  # noqa: E402
+
+SIZES = {256: (256, 256), 480: (480, 640), 720: (720, 1280)}
+
+
+class _Transformed(torch.utils.data.Dataset):
+    def __init__(self, windows, transform):
+        self.windows, self.transform = windows, transform
+
+    def __len__(self):
+        return len(self.windows)
+
+    def __getitem__(self, i):
+        return self.transform(self.windows[i])
+
+
+def bench_wamkit(root: Path, chunk: int, workers: int, num: int, warmup: int) -> float:
+    ds = LeRobotV3Dataset(root)
+    windows = WindowDataset(ds, ds.episode_indices, chunk)
+    transform = SampleTransform(Normalizer.from_stats(ds.stats, "action", "minmax"),
+                                Normalizer.from_stats(ds.stats, "observation.state", "minmax"), 36, True, 0)
+    order = np.random.default_rng(0).permutation(len(windows))[: num + warmup].tolist()
+    loader = torch.utils.data.DataLoader(_Transformed(windows, transform), batch_size=1, sampler=order,
+                                         num_workers=workers, collate_fn=lambda b: b,
+                                         prefetch_factor=2 if workers else None)
+    it = iter(loader)
+    for _ in range(warmup):
+        next(it)
+    t0 = time.perf_counter()
+    n = sum(1 for _ in it)
+    return n / (time.perf_counter() - t0)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--num", type=int, default=48)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--chunk", type=int, default=8)
+    p.add_argument("--episodes", type=int, default=4)
+    p.add_argument("--length", type=int, default=40)
+    p.add_argument("--tiers", type=int, nargs="+", default=[256, 480])
+    args = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="wamkit-bench-") as tmp:
+        for tier in args.tiers:
+            h, w = SIZES[tier]
+            root = Path(tmp) / f"ds{tier}"
+            lerobot_venv.run_writer("write", str(root), "--episodes", str(args.episodes), "--length", str(args.length),
+                                    "--height", str(h), "--width", str(w), "--data-mb", "1", "--video-mb", "2")
+            ours = bench_wamkit(root, args.chunk, args.workers, args.num, args.warmup)
+            out = lerobot_venv.run_writer("bench", str(root), "--chunk", str(args.chunk), "--workers",
+                                          str(args.workers), "--num", str(args.num), "--warmup", str(args.warmup))
+            theirs = json.loads(out.strip().splitlines()[-1])["windows_per_s"]
+            rows.append((tier, f"{h}x{w}", ours, theirs))
+    print(f"\n{args.workers} workers, chunk {args.chunk} (chunk+1 frames x 2 cameras per window), {args.num} windows, AV1\n")
+    print("| tier | camera | wamkit windows/s | LeRobot windows/s | wamkit / LeRobot |")
+    print("| --- | --- | --- | --- | --- |")
+    for tier, size, ours, theirs in rows:
+        print(f"| {tier}p | {size} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Compose the cameras of one time step into the single video canvas the model sees.
+
+Two layouts (`data.camera_layout`):
+
+* ``side_by_side``: the views tiled left to right, in `data.camera_keys` order (views of equal height).
+* ``concat_view`` (the DROID recipe): the wrist view (`data.wrist_camera`) on top at full size; the
+  two other (exterior) views, each resized to half the wrist view's height and width, side by side
+  below it, in `data.camera_keys` order. Exactly three views; canvas = (1.5 H, W) of the wrist view.
+
+Then a resolution tier (`data.resolution`): 0 keeps the composed canvas as it is (native). 256, 480
+and 720 pick the bucket of that tier (table :data:`BUCKETS`) whose aspect ratio is nearest the composed
+canvas (in log space; ties go to the earlier bucket), shrink the canvas to fit inside it keeping its
+aspect ratio -- never upscaling -- and zero-pad bottom and right to the bucket size. Every bucket is
+divisible by 16, the tokenizer's spatial factor.
+
+All work is on uint8 tensors with torch interpolation (bilinear, antialiased when shrinking), so
+training (:class:`CanvasTransform`, called by SampleTransform) and serving (:func:`compose_canvas`)
+produce identical pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wamkit.errors import ConfigError, DataError
+
+CAMERA_LAYOUTS = ("side_by_side", "concat_view")
+RESOLUTION_TIERS = (0, 256, 480, 720)
+SPATIAL_FACTOR = 16
+
+# (height, width) buckets per tier; all divisible by 16.
+BUCKETS: dict[int, tuple[tuple[int, int], ...]] = {
+    256: ((256, 256), (224, 288), (192, 320), (176, 368), (160, 400),  # 1:1, ~4:5, 3:5 (G1 256p), ...
+          (288, 224), (320, 192), (368, 176), (400, 160)),
+    480: ((480, 480), (480, 640), (544, 736), (384, 672), (480, 848), (352, 960),  # 4:3, DROID 480p concat, 16:9
+          (640, 480), (736, 544), (848, 480)),
+    720: ((720, 720), (720, 960), (816, 1104), (720, 1280), (576, 1536),
+          (960, 720), (1104, 816), (1280, 720)),
+}
+
+
+def _check_buckets() -> None:
+    for tier, buckets in BUCKETS.items():
+        for h, w in buckets:
+            assert h % SPATIAL_FACTOR == 0 and w % SPATIAL_FACTOR == 0, (tier, h, w)
+
+
+_check_buckets()
+
+
+def check_layout(layout: str, tier: int) -> None:
+    if layout not in CAMERA_LAYOUTS:
+        raise ConfigError("data.camera_layout", f"{layout!r} is not one of {list(CAMERA_LAYOUTS)}",
+                          f"use one of {list(CAMERA_LAYOUTS)}")
+    if int(tier) not in RESOLUTION_TIERS:
+        raise ConfigError("data.resolution", f"{tier!r} is not one of {list(RESOLUTION_TIERS)}",
+                          "use 0 (native), 256, 480 or 720")
+
+
+def nearest_bucket(height: int, width: int, tier: int) -> tuple[int, int]:
+    """The tier's bucket whose aspect ratio (H/W) is nearest height/width (log distance, first on ties)."""
+    if tier not in BUCKETS:
+        raise ConfigError("data.resolution", f"{tier!r} has no buckets", f"use one of {sorted(BUCKETS)}")
+    target = math.log(height / width)
+    return min(BUCKETS[tier], key=lambda b: abs(math.log(b[0] / b[1]) - target))
+
+
+def fit_size(height: int, width: int, bucket: tuple[int, int]) -> tuple[int, int]:
+    """Size of the canvas scaled to fit inside `bucket`, aspect kept, never larger than it already is."""
+    scale = min(bucket[0] / height, bucket[1] / width, 1.0)
+    return min(bucket[0], max(1, round(height * scale))), min(bucket[1], max(1, round(width * scale)))
+
+
+def composed_size(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_index: int = 0) -> tuple[int, int]:
+    """(H, W) of the composed canvas before the resolution tier, for views of the given (H, W)."""
+    _check_views(view_shapes, layout, wrist_index)
+    if layout == "side_by_side":
+        return view_shapes[0][0], sum(w for _, w in view_shapes)
+    h, w = view_shapes[wrist_index]
+    return h + h // 2, w
+
+
+def canvas_size(view_shapes: Sequence[tuple[int, int]], layout: str = "side_by_side", tier: int = 0,
+                wrist_index: int = 0) -> tuple[int, int]:
+    """(H, W) of the final canvas: composed, then fitted and padded to the tier's bucket."""
+    check_layout(layout, tier)
+    h, w = composed_size(view_shapes, layout, wrist_index)
+    return (h, w) if tier == 0 else nearest_bucket(h, w, tier)
+
+
+def _check_views(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_index: int) -> None:
+    if not view_shapes:
+        raise DataError("data.camera_keys", "no camera views to compose", "select at least one camera")
+    if layout == "side_by_side":
+        heights = {h for h, _ in view_shapes}
+        if len(heights) > 1:
+            raise DataError("data.camera_keys", f"views of different heights {list(view_shapes)} cannot be tiled "
+                            "side by side", "select cameras of equal height or use data.camera_layout = 'concat_view'")
+        return
+    if len(view_shapes) != 3:
+        raise DataError("data.camera_layout", f"'concat_view' needs exactly 3 cameras (1 wrist + 2 exterior), got "
+                        f"{len(view_shapes)}", "set data.camera_keys to three cameras, or use 'side_by_side'")
+    if not 0 <= wrist_index < 3:
+        raise DataError("data.wrist_camera", f"wrist index {wrist_index} is not one of the 3 views",
+                        "set data.wrist_camera to one of data.camera_keys")
+    h, w = view_shapes[wrist_index]
+    if h % 2 or w % 2:
+        raise DataError("data.wrist_camera", f"the wrist view is {h}x{w}; 'concat_view' halves it for the exterior "
+                        "views and needs an even height and width", "use cameras of even size")
+
+
+def _resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """uint8 [N, H, W, 3] -> uint8 [N, h, w, 3], bilinear (antialiased when shrinking)."""
+    if tuple(frames.shape[1:3]) == tuple(size):
+        return frames
+    x = frames.permute(0, 3, 1, 2).float()
+    shrink = size[0] < frames.shape[1] or size[1] < frames.shape[2]
+    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    return y.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "side_by_side", tier: int = 0,
+                   wrist_index: int = 0) -> torch.Tensor:
+    """Views [V][N, H, W, 3] uint8 (N time steps each) -> canvas [N, H', W', 3] uint8."""
+    check_layout(layout, tier)
+    views = list(views)
+    for v in views:
+        if not isinstance(v, torch.Tensor) or v.dtype != torch.uint8 or v.ndim != 4 or v.shape[-1] != 3:
+            raise DataError("compose_frames", f"views must be uint8 tensors [N, H, W, 3], got "
+                            f"{getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}",
+                            "pass RGB uint8 frames")
+    if len({v.shape[0] for v in views}) > 1:
+        raise DataError("compose_frames", f"views have different frame counts {[v.shape[0] for v in views]}",
+                        "pass the same time steps for every camera")
+    shapes = [tuple(v.shape[1:3]) for v in views]
+    _check_views(shapes, layout, wrist_index)
+    if layout == "side_by_side":
+        canvas = views[0] if len(views) == 1 else torch.cat(views, dim=2)
+    else:
+        wrist = views[wrist_index]
+        h, w = shapes[wrist_index]
+        exterior = [v for i, v in enumerate(views) if i != wrist_index]
+        left = _resize(exterior[0], (h // 2, w // 2))
+        right = _resize(exterior[1], (h // 2, w - w // 2))
+        canvas = torch.cat([wrist, torch.cat([left, right], dim=2)], dim=1)
+    if tier == 0:
+        return canvas.contiguous()
+    H, W = canvas.shape[1:3]
+    bucket = nearest_bucket(H, W, tier)
+    fitted = _resize(canvas, fit_size(H, W, bucket))
+    pad_h, pad_w = bucket[0] - fitted.shape[1], bucket[1] - fitted.shape[2]
+    if pad_h or pad_w:  # zero-pad bottom and right: [N, H, W, C] pads (C, W, H) from the last dim
+        fitted = F.pad(fitted, (0, 0, 0, pad_w, 0, pad_h))
+    return fitted.contiguous()
+
+
+def compose_canvas(images: Sequence[np.ndarray | torch.Tensor], layout: str = "side_by_side", tier: int = 0,
+                   wrist_index: int = 0):
+    """One time step for serving: camera images [H, W, 3] uint8 (in data.camera_keys order) -> canvas
+    [H', W', 3] uint8, exactly as in training. Returns numpy for numpy input, else a torch tensor."""
+    images = list(images)
+    as_numpy = bool(images) and all(isinstance(im, np.ndarray) for im in images)
+    views = []
+    for i, im in enumerate(images):
+        t = torch.from_numpy(np.ascontiguousarray(im)) if isinstance(im, np.ndarray) else im
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.ndim != 3 or t.shape[-1] != 3:
+            raise DataError(f"compose_canvas: images[{i}]", f"must be uint8 [H, W, 3], got "
+                            f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}",
+                            "pass RGB uint8 images")
+        views.append(t[None])
+    out = compose_frames(views, layout, tier, wrist_index)[0]
+    return out.numpy() if as_numpy else out
+
+
+class CanvasTransform:
+    """video [V, T+1, H, W, 3] uint8 -> [T+1, H', W', 3] uint8 with a fixed layout and tier.
+
+    The default (side_by_side, native) is the plain left-to-right tiling."""
+
+    def __init__(self, layout: str = "side_by_side", tier: int = 0, wrist_index: int = 0):
+        check_layout(layout, int(tier))
+        self.layout, self.tier, self.wrist_index = layout, int(tier), int(wrist_index)
+
+    @classmethod
+    def from_config(cls, data_cfg, camera_keys: Sequence[str]) -> "CanvasTransform":
+        """From DataConfig: `wrist_camera` names one of `camera_keys` (required for concat_view)."""
+        layout = getattr(data_cfg, "camera_layout", "side_by_side")
+        tier = int(getattr(data_cfg, "resolution", 0))
+        wrist = getattr(data_cfg, "wrist_camera", "")
+        check_layout(layout, tier)
+        index = 0
+        if layout == "concat_view":
+            if not wrist:
+                raise ConfigError("data.wrist_camera", "is empty while data.camera_layout = 'concat_view'",
+                                  f"name the wrist camera, one of {list(camera_keys)}")
+            if wrist not in camera_keys:
+                raise ConfigError("data.wrist_camera", f"{wrist!r} is not one of the selected cameras "
+                                  f"{list(camera_keys)}", "name one of data.camera_keys")
+            index = list(camera_keys).index(wrist)
+        return cls(layout, tier, index)
+
+    def size(self, view_shapes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        return canvas_size(view_shapes, self.layout, self.tier, self.wrist_index)
+
+    def __call__(self, video: torch.Tensor) -> torch.Tensor:
+        return compose_frames(list(video), self.layout, self.tier, self.wrist_index)
+
+    def state_dict(self) -> dict:
+        return {"camera_layout": self.layout, "resolution": self.tier, "wrist_index": self.wrist_index}

@@ -1,0 +1,37 @@
+"""`wamkit export --student-only`: a distillation run's student EMA -> a standard wamkit export.
+
+The export is exactly `wamkit.export.export_run(..., use_ema=True)` (the checkpoint's "model"/"ema"
+entries are the student's; critic, optimizers and the frozen teacher/reference are never read), plus
+`student.json`: the selected variant and the saved few-step sampling ladder, which inference must
+reuse as it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from wamkit.errors import CheckpointError
+from wamkit.policy.loading import resolve_checkpoint
+from wamkit.train import checkpoint as ckpt
+
+STUDENT_MANIFEST = "student.json"
+
+
+def export_student(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
+    from wamkit.export import export_run
+
+    iteration, run_dir = resolve_checkpoint(run_or_checkpoint)
+    marker = json.loads((iteration / ckpt.COMPLETE_MARKER).read_text())
+    if "distill" not in marker:
+        raise CheckpointError(str(iteration), "is not a distillation (stage 2/3) checkpoint: it records no student",
+                              "export it without --student-only, or pass a stage-2/3 run")
+    out = export_run(iteration, out_dir, use_ema=True)
+    student = {
+        "variant": "student_ema", "method": marker["distill"]["method"], "source_checkpoint": str(iteration.resolve()),
+        "step": marker["step"], "student_updates": marker.get("student_updates"),
+        "sampling": {"sampler": "multistep_consistency", "num_steps": marker["distill"]["student_steps"],
+                     "sigmas": marker["student_sigmas"]},
+        "excluded": ["critic", "critic_optimizer", "optimizer", "teacher/reference (frozen, never saved)"],
+    }
+    (Path(out) / STUDENT_MANIFEST).write_text(json.dumps(student, indent=2))
+    return Path(out)

@@ -1,0 +1,388 @@
+"""DistillTrainer: stage 2 (TF-dCM) and stage 3 (SF-DMD) of the sim-bimanual chain.
+
+Both reuse the Trainer's building blocks (build_run_data / build_model / load_base_weights, AdamW
+groups, LambdaLR, EMA, atomic DCP checkpoints, MetricsLogger, the step-derived data order) and its
+resume-by-run-name contract: a run with a `latest` checkpoint restores student (+ critic) weights, both
+optimizers and schedulers, EMA, counters, RNG and data position. Frozen models (teacher / reference)
+are loaded from their paths at every start and never saved.
+
+Notation: rectified flow x_s = s*eps + (1-s)*x0, network v(x, s) ~ eps - x0, so the x0 prediction
+("consistency function") is f(x, s) = x - s * v(x, s). Every model works on the forward-dynamics
+layout: latent frame 0 and every action row clean; chunks of `diffusion.causal_chunk_frames` latent
+frames; block-causal attention for the student/teacher, bidirectional for the stage-0 reference/critic.
+
+TF-dCM (stage 2, discrete consistency distillation with teacher forcing), per sample:
+    fine grid s_0 = 1 > s_1 > ... > s_M = 0  (sigma_schedule(teacher_steps, shift)); n ~ U{0..M-1};
+    target chunk k ~ U{1..C}; every other chunk clean ground truth (teacher forcing, block-causal).
+    x_n   = s_n eps + (1 - s_n) x0                              on chunk k
+    x^    = x_n + (s_{n+1} - s_n) v_teacher(x_n, s_n)            one Euler ODE step of the FROZEN teacher
+    y     = x^  if s_{n+1} = 0  else  f_ema(x^, s_{n+1})        the student's EMA at the next sigma (no grad)
+    loss  = mean over chunk-k latents of (f_student(x_n, s_n) - y)^2
+TF-dCM student sampling (student_steps = 4): x = eps; for i: x0^ = f(x, s_i); x = s_{i+1} eps_i + (1 - s_{i+1}) x0^.
+
+SF-DMD (stage 3, self-forcing distribution matching distillation):
+    rollout: chunk by chunk the student samples its chunk with its 4-step ladder, conditioned on its OWN
+      earlier chunks (clean, detached) -> x_gen; the chunk's last step is a random exit step j ~ U{0..3}
+      (steps before j without grad, step j with grad, as in Self Forcing).
+    critic iterations (critic_updates_per_student = 5 of every 6): flow-matching loss of the critic
+      (fake score, init stage 0, bidirectional) on the detached rollout: s ~ logit-normal(shift),
+      || v_fake(s eps + (1-s) x_gen, s) - (eps - x_gen) ||^2 over the generated frames.
+    student iterations (every 6th): s, eps as above; x_s = s eps + (1-s) x_gen;
+      g = (f_fake(x_s, s) - f_real(x_s, s)) / mean|x_gen - f_real(x_s, s)|   (both no grad; f_real from
+      the FROZEN stage-0 reference). In x0 form this is the DMD score difference: s_fake - s_real =
+      (1-s)/s^2 (f_fake - f_real). loss = 0.5 * || x_gen - stopgrad(x_gen - g) ||^2 (mean), whose
+      gradient w.r.t. x_gen is g: it moves the student's samples towards the real score and away from
+      the fake one."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+from wamkit.config import config_to_dict, format_config
+from wamkit.config.schema import expand_env
+from wamkit.diffusion.flow import sample_sigmas
+from wamkit.diffusion.sampling import sigma_schedule
+from wamkit.distill.config import DistillConfig, distill_to_dict
+from wamkit.errors import CheckpointError, ConfigError
+from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.train import checkpoint as ckpt
+from wamkit.train.ema import EMA
+from wamkit.train.metrics import MetricsLogger
+from wamkit.train.optim import build_optimizer
+from wamkit.train.schedule import build_schedule
+from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
+from wamkit.train.stream import SampleOrder, batch_stream
+from wamkit.train.trainer import RESUMABLE_KNOBS, sample_generator
+
+DISTILL_CONFIG = "distill_config.json"
+
+
+def load_frozen(cfg, latent_channels: int, path: str, what: str):
+    """A frozen copy of a wamkit iteration directory's regular weights ("model")."""
+    where = Path(expand_env(path, f"distill.{what}_path")).expanduser()
+    if not (where / ckpt.COMPLETE_MARKER).is_file():
+        raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
+    model = build_model(cfg, latent_channels, "cpu")
+    ckpt.load_checkpoint(where, {"model": model.state_dict()})
+    return model
+
+
+class DistillTrainer:
+    def __init__(self, cfg, dcfg: DistillConfig, device: str = "cpu"):
+        self.cfg, self.dcfg = cfg, dcfg
+        self.device = torch.device(device)
+        self.run_dir = cfg.job.run_dir()
+        self.checkpoints_dir = self.run_dir / "checkpoints"
+        torch.manual_seed(cfg.job.seed)
+        self.data = build_run_data(cfg)
+        self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
+        channels = self.video_tokenizer.latent_channels
+        self.student = build_model(cfg, channels, "cpu")
+        check_vocab(self.student, self.text_tokenizer)
+        ckpt.remove_stale_temporaries(self.checkpoints_dir)
+        self.latest = ckpt.latest_checkpoint(self.checkpoints_dir)
+        if self.latest is None:
+            if not cfg.checkpoint.load_path:
+                raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
+            load_base_weights(self.student, cfg)
+        self.chunk_frames = cfg.diffusion.causal_chunk_frames
+        self.fps = float(self.data.dataset.fps)
+        self.procs = {}
+        self.student = self.student.to(self.device)
+        self.procs["student"] = install_packed_attention(self.student, "sdpa")
+        self.optimizer = build_optimizer(self.student, cfg.optimizer)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
+        self.ema = EMA(self.student, cfg.ema.beta, cfg.ema.warmup)
+        self.ema_model = copy.deepcopy(self.student).requires_grad_(False)
+        self.procs["ema"] = install_packed_attention(self.ema_model, "sdpa")
+        self.critic = self.critic_optimizer = self.critic_scheduler = None
+        if dcfg.method == "tf_dcm":
+            self.teacher = load_frozen(cfg, channels, dcfg.teacher_path, "teacher").to(self.device).eval().requires_grad_(False)
+            self.procs["teacher"] = install_packed_attention(self.teacher, "sdpa")
+        else:
+            self.reference = load_frozen(cfg, channels, dcfg.reference_path, "reference").to(self.device).eval().requires_grad_(False)
+            self.procs["reference"] = install_packed_attention(self.reference, "sdpa")
+            self.critic = load_frozen(cfg, channels, dcfg.critic_path, "critic").to(self.device)
+            from wamkit.model.cosmos3 import set_trainable
+
+            set_trainable(self.critic, cfg.model.train_text_pathway)
+            self.procs["critic"] = install_packed_attention(self.critic, "sdpa")
+            critic_opt_cfg = copy.copy(cfg.optimizer)
+            if dcfg.critic_lr > 0:
+                critic_opt_cfg.lr = dcfg.critic_lr
+            self.critic_optimizer = build_optimizer(self.critic, critic_opt_cfg)
+            self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(self.critic_optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
+        self.student_sigmas = sigma_schedule(dcfg.student_steps, dcfg.student_shift).tolist()
+        self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
+        self.step = self.consumed = self.student_updates = self.critic_updates = 0
+
+    # ---- state -------------------------------------------------------------------------------
+    def state(self) -> dict:
+        self.optimizer.zero_grad(set_to_none=True)
+        state = {
+            "model": self.student.state_dict(),
+            "optimizer": get_optimizer_state_dict(self.student, self.optimizer),
+            "scheduler": self.scheduler.state_dict(),
+            "ema": self.ema.state_dict(),
+            "trainer": {"step": self.step, "consumed_samples": self.consumed, "student_updates": self.student_updates,
+                        "critic_updates": self.critic_updates},
+            "rng": {"torch": torch.get_rng_state()},
+        }
+        if self.critic is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = get_optimizer_state_dict(self.critic, self.critic_optimizer)
+            state["critic_scheduler"] = self.critic_scheduler.state_dict()
+        return state
+
+    def resume(self) -> str:
+        if self.latest is None:
+            return f"fresh {self.dcfg.method} run; student from {self.cfg.checkpoint.load_path}"
+        self._check_same_recipe()
+        state = self.state()
+        ckpt.load_checkpoint(self.latest, state)
+        set_optimizer_state_dict(self.student, self.optimizer, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.ema.load_state_dict(state["ema"])
+        if self.critic is not None:
+            set_optimizer_state_dict(self.critic, self.critic_optimizer, state["critic_optimizer"])
+            self.critic_scheduler.load_state_dict(state["critic_scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        t = state["trainer"]
+        self.step, self.consumed = int(t["step"]), int(t["consumed_samples"])
+        self.student_updates, self.critic_updates = int(t["student_updates"]), int(t["critic_updates"])
+        return f"resumed {self.latest} at step {self.step}"
+
+    def _check_same_recipe(self) -> None:
+        before_file, distill_file = self.run_dir / "resolved_config.json", self.run_dir / DISTILL_CONFIG
+        if not before_file.exists():
+            return
+        before, now = json.loads(before_file.read_text()), config_to_dict(self.cfg)
+        changed = [f"{s}.{k}" for s, values in now.items() for k, v in values.items()
+                   if f"{s}.{k}" not in RESUMABLE_KNOBS and before.get(s, {}).get(k) != v]
+        if distill_file.exists() and json.loads(distill_file.read_text()) != distill_to_dict(self.dcfg):
+            changed.append("distill")
+        if changed:
+            raise CheckpointError(str(before_file), f"run '{self.cfg.job.name}' was started with a different recipe (changed: {', '.join(changed)})",
+                                  "use a new job.name for a new experiment, or restore the recipe it was started with")
+
+    def save(self) -> Path:
+        metadata = {"data_contract": self.data.contract, "world_size": 1, "distill": distill_to_dict(self.dcfg),
+                    "student_sigmas": self.student_sigmas, "student_updates": self.student_updates,
+                    "critic_updates": self.critic_updates}
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata)
+        ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
+        return path
+
+    # ---- sequences ---------------------------------------------------------------------------
+    def chunk_of(self, num_frames: int) -> list[int]:
+        k = self.chunk_frames
+        return [0] + [1 + (f - 1) // k for f in range(1, num_frames)]
+
+    def _sequence(self, sample, video: torch.Tensor, noisy_frames: list[int], sigma: float, causal: bool) -> SequenceSample:
+        rows = sample.actions.to(self.device)
+        return SequenceSample(
+            text_ids=self.text_tokenizer.encode(self.cfg.data.prompt_template.format(task=sample.task)), video=video,
+            actions=rows, clean_video_frames=[f for f in range(video.shape[1]) if f not in noisy_frames],
+            clean_action_rows=list(range(rows.shape[0])), sigma=float(sigma), domain_id=sample.domain_id, fps=self.fps,
+            action_start_frame=1, causal_chunk_frames=self.chunk_frames if causal else 0,
+        )
+
+    def velocity(self, which: str, seqs: list[SequenceSample]) -> list[torch.Tensor]:
+        model = {"student": self.student, "ema": self.ema_model, "teacher": getattr(self, "teacher", None),
+                 "reference": getattr(self, "reference", None), "critic": self.critic}[which]
+        batch = pack_samples(seqs, model.config)
+        with packed_layout(self.procs[which], batch):
+            out = model(**batch.forward_kwargs)
+        return [out.sample[i][0].float() for i in range(len(seqs))]
+
+    def f(self, which: str, seqs: list[SequenceSample]) -> list[torch.Tensor]:
+        """x0 predictions f(x, s) = x - s v(x, s) (clean frames are returned as given)."""
+        v = self.velocity(which, seqs)
+        return [s.video.float() - s.sigma * vi for s, vi in zip(seqs, v)]
+
+    # ---- TF-dCM ------------------------------------------------------------------------------
+    def dcm_loss(self, samples, latents, gens) -> torch.Tensor:
+        grid = sigma_schedule(self.dcfg.teacher_steps, self.dcfg.student_shift).tolist()
+        xn_seqs, frames, sig = [], [], []
+        for sample, x0, g in zip(samples, latents, gens):
+            chunk_of = self.chunk_of(x0.shape[1])
+            target = int(torch.randint(1, max(chunk_of) + 1, (1,), generator=g))
+            n = int(torch.randint(0, len(grid) - 1, (1,), generator=g))
+            noisy = [f for f, c in enumerate(chunk_of) if c == target]
+            eps = torch.randn(x0.shape, generator=g).to(self.device)
+            x = x0.clone()
+            x[:, noisy] = grid[n] * eps[:, noisy] + (1 - grid[n]) * x0[:, noisy]
+            xn_seqs.append(self._sequence(sample, x, noisy, grid[n], causal=True))
+            frames.append(noisy)
+            sig.append((grid[n], grid[n + 1]))
+        with torch.no_grad():
+            v_teacher = self.velocity("teacher", xn_seqs)
+            hat_seqs = []
+            for seq, v, (s, s_next), noisy in zip(xn_seqs, v_teacher, sig, frames):
+                x_hat = seq.video.clone()
+                x_hat[:, noisy] = seq.video[:, noisy] + (s_next - s) * v[:, noisy]
+                hat_seqs.append(self._sequence_like(seq, x_hat, s_next))
+            targets = [h.video if h.sigma == 0 else fe for h, fe in zip(hat_seqs, self.f("ema", hat_seqs))]
+        preds = self.f("student", xn_seqs)
+        terms = [(p[:, noisy] - t[:, noisy].detach()).pow(2).mean() for p, t, noisy in zip(preds, targets, frames)]
+        return torch.stack(terms).mean()
+
+    def _sequence_like(self, seq: SequenceSample, video: torch.Tensor, sigma: float) -> SequenceSample:
+        return SequenceSample(seq.text_ids, video, seq.actions, seq.clean_video_frames, seq.clean_action_rows, float(sigma),
+                              seq.domain_id, seq.fps, seq.action_start_frame, seq.causal_chunk_frames)
+
+    # ---- student rollout (stage 3; also used by sampling) -----------------------------------------
+    def rollout(self, samples, latents, gens, with_grad: bool) -> list[torch.Tensor]:
+        """Chunk-autoregressive 4-step student sampling on its own context. Frame 0 is the real
+        first latent frame; every later chunk is generated. Returns [C, t, h, w] per sample."""
+        sigmas = self.student_sigmas
+        videos = [torch.zeros_like(x0) for x0 in latents]
+        for v, x0 in zip(videos, latents):
+            v[:, 0] = x0[:, 0]
+        chunk_of = self.chunk_of(latents[0].shape[1])
+        generated = [[None] * len(chunk_of) for _ in samples]
+        for c in range(1, max(chunk_of) + 1):
+            frames = [f for f, cc in enumerate(chunk_of) if cc == c]
+            exit_step = int(torch.randint(0, len(sigmas) - 1, (1,), generator=gens[0]))
+            x = [torch.randn(v[:, frames].shape, generator=g).to(self.device) for v, g in zip(videos, gens)]
+            for i in range(exit_step + 1):
+                grad = with_grad and i == exit_step
+                seqs = []
+                for sample, v, xi in zip(samples, videos, x):
+                    video = v.detach().clone()
+                    video[:, frames] = xi
+                    seqs.append(self._sequence(sample, video, frames, sigmas[i], causal=True))
+                with torch.set_grad_enabled(grad):
+                    x0_hat = [fh[:, frames] for fh in self.f("student", seqs)]
+                if i < exit_step:
+                    x = [sigmas[i + 1] * torch.randn(h.shape, generator=g).to(self.device) + (1 - sigmas[i + 1]) * h.detach()
+                         for h, g in zip(x0_hat, gens)]
+            for j, (v, h) in enumerate(zip(videos, x0_hat)):
+                v[:, frames] = h.detach()
+                for k, f in enumerate(frames):
+                    generated[j][f] = h[:, k]
+        out = []
+        for j, v in enumerate(videos):
+            out.append(torch.stack([v[:, 0]] + [generated[j][f] for f in range(1, v.shape[1])], dim=1))
+        return out
+
+    def _noised(self, samples, videos, gens):
+        seqs, eps = [], []
+        for sample, x, g in zip(samples, videos, gens):
+            s = sample_sigmas(1, g, self.cfg.diffusion.shift or 1.0, self.cfg.diffusion.logit_mean, self.cfg.diffusion.logit_std).item()
+            e = torch.randn(x.shape, generator=g).to(self.device)
+            noisy = list(range(1, x.shape[1]))
+            xs = x.detach().clone()
+            xs[:, noisy] = s * e[:, noisy] + (1 - s) * x.detach()[:, noisy]
+            seqs.append(self._sequence(sample, xs, noisy, s, causal=False))
+            eps.append(e)
+        return seqs, eps
+
+    def critic_loss(self, samples, latents, gens) -> torch.Tensor:
+        with torch.no_grad():
+            fake = self.rollout(samples, latents, gens, with_grad=False)
+        seqs, eps = self._noised(samples, fake, gens)
+        v = self.velocity("critic", seqs)
+        return torch.stack([(vi[:, 1:] - (e[:, 1:] - x[:, 1:])).pow(2).mean() for vi, e, x in zip(v, eps, fake)]).mean()
+
+    def dmd_loss(self, samples, latents, gens) -> torch.Tensor:
+        fake = self.rollout(samples, latents, gens, with_grad=True)
+        seqs, _ = self._noised(samples, fake, gens)
+        with torch.no_grad():
+            real_x0, fake_x0 = self.f("reference", seqs), self.f("critic", seqs)
+        terms = []
+        for x, r, fk in zip(fake, real_x0, fake_x0):
+            norm = (x.detach()[:, 1:] - r[:, 1:]).abs().mean().clamp_min(1e-6)
+            g = (fk[:, 1:] - r[:, 1:]) / norm
+            terms.append(0.5 * (x[:, 1:] - (x[:, 1:] - g).detach()).pow(2).mean())
+        return torch.stack(terms).mean()
+
+    def is_student_turn(self, step: int) -> bool:
+        r = self.dcfg.critic_updates_per_student
+        return self.dcfg.method == "tf_dcm" or step % (r + 1) == r
+
+    # ---- loop --------------------------------------------------------------------------------
+    def _apply(self, model, optimizer, scheduler, loss) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def train_step(self, stream) -> dict:
+        samples = next(stream)
+        gens = [sample_generator(self.cfg.job.seed, self.consumed + j) for j in range(len(samples))]
+        with torch.no_grad():
+            latents = [self.video_tokenizer.encode(s.video.unsqueeze(0))[0].float().to(self.device) for s in samples]
+        self.consumed += len(samples)
+        if self.dcfg.method == "tf_dcm":
+            loss = self.dcm_loss(samples, latents, gens)
+            role = "student"
+        elif self.is_student_turn(self.step):
+            loss = self.dmd_loss(samples, latents, gens)
+            role = "student"
+        else:
+            loss = self.critic_loss(samples, latents, gens)
+            role = "critic"
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"{role} loss is {loss.item()} at step {self.step}")
+        if role == "student":
+            norm = self._apply(self.student, self.optimizer, self.scheduler, loss)
+            self.student_updates += 1
+            self.ema.update(self.student, self.student_updates)
+            self.ema.copy_to(self.ema_model)
+        else:
+            norm = self._apply(self.critic, self.critic_optimizer, self.critic_scheduler, loss)
+            self.critic_updates += 1
+        return {"loss": loss.item(), f"{role}_loss": loss.item(), "role": role, "grad_norm": norm,
+                "lr": self.optimizer.param_groups[0]["lr"], "student_updates": self.student_updates,
+                "critic_updates": self.critic_updates}
+
+    def train(self) -> dict:
+        how = self.resume()
+        self.ema.copy_to(self.ema_model)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(format_config(self.cfg) + "[distill]\n" + "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in distill_to_dict(self.dcfg).items()))
+        (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
+        (self.run_dir / DISTILL_CONFIG).write_text(json.dumps(distill_to_dict(self.dcfg), indent=2))
+        (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
+        print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}", flush=True)
+        cfg = self.cfg.trainer
+        if self.step >= cfg.max_iter:
+            return self.summary()
+        logger = MetricsLogger(self.run_dir, self.step)
+        stream = batch_stream(self.data.train_windows, self.data.transform, self.order, self.consumed, cfg.samples_per_step, 0)
+        self.student.train()
+        try:
+            while self.step < cfg.max_iter:
+                t0 = time.perf_counter()
+                record = self.train_step(stream)
+                self.step += 1
+                record["samples_per_s"] = cfg.samples_per_step / (time.perf_counter() - t0)
+                if self.step % cfg.log_every == 0 or self.step == cfg.max_iter:
+                    logger.log({"step": self.step, **record})
+                if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
+                    self.save()
+        finally:
+            logger.close()
+        return self.summary()
+
+    def summary(self) -> dict:
+        return {"run_dir": str(self.run_dir), "step": self.step, "method": self.dcfg.method,
+                "student_updates": self.student_updates, "critic_updates": self.critic_updates,
+                "latest_checkpoint": str(ckpt.latest_checkpoint(self.checkpoints_dir))}

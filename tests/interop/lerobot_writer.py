@@ -1,0 +1,149 @@
+"""Run INSIDE the LeRobot venv (.cache/lerobot-venv, `lerobot-dataset==0.4.4`), not wamkit's.
+
+    python lerobot_writer.py write OUT_ROOT --episodes 6 --length 24 --height 64 --width 96
+    python lerobot_writer.py read OUT_ROOT WINDOWS_JSON DUMP_DIR --chunk 8
+    python lerobot_writer.py bench OUT_ROOT --chunk 8 --workers 2 --num 64
+
+`write` builds a LeRobot v3.0 dataset with LeRobot's own writer (LeRobotDataset.create / add_frame /
+save_episode / finalize): two cameras, tiny data/video file-size limits so episodes spread over several
+files, AV1 (libsvtav1, LeRobot's default). `read` dumps LeRobot's own reading of windows
+[(episode, start), ...] with delta_timestamps (state, action and each camera as .npy; pixels as
+uint8). `bench` prints windows/s of LeRobotDataset through a torch DataLoader as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# torchvision's PyPI wheel is CUDA-linked: with CPU torch its C ops do not load and its meta
+# registrations fail on import. LeRobot only needs torchvision.transforms: declare the two ops
+# (schema only, never called) so `import torchvision` succeeds.
+for _op in ("nms", "qnms"):
+    try:
+        torch.library.define(f"torchvision::{_op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    except RuntimeError:
+        pass
+
+from ledataset.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
+
+CAMERAS = ("observation.images.front", "observation.images.wrist")
+FPS = 10
+TASKS = ("pick the cube", "open the drawer")
+
+
+def frame(cam: int, ep: int, t: int, h: int, w: int) -> np.ndarray:
+    """Smooth synthetic image (codec-friendly): gradients plus a moving soft disk."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    cx = (0.2 + 0.6 * ((t * 0.07 + ep * 0.13) % 1.0)) * w
+    cy = (0.3 + 0.4 * ((t * 0.05 + cam * 0.3) % 1.0)) * h
+    disk = np.clip(h * 0.15 - np.hypot(xx - cx, yy - cy), 0, 1)
+    img = np.stack([40 + 120 * xx / w + 90 * disk, 60 + 100 * yy / h + cam * 40 - 50 * disk,
+                    80 + 30 * ep % 100 + 120 * disk], -1)
+    return np.clip(np.round(img), 0, 255).astype(np.uint8)
+
+
+def write(args) -> None:
+    h, w = args.height, args.width
+    features = {cam: {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+                for cam in CAMERAS}
+    features["observation.state"] = {"dtype": "float32", "shape": (4,), "names": ["a", "b", "c", "d"]}
+    features["action"] = {"dtype": "float32", "shape": (3,), "names": ["x", "y", "g"]}
+    ds = LeRobotDataset.create(repo_id="wamkit/interop", fps=FPS, features=features, root=args.out_root,
+                               robot_type="synthetic", use_videos=True)
+    # tiny limits: episodes spread over several data parquet and mp4 files
+    ds.meta.update_chunk_settings(data_files_size_in_mb=args.data_mb, video_files_size_in_mb=args.video_mb)
+    rng = np.random.default_rng(0)
+    for ep in range(args.episodes):
+        length = args.length + 3 * ep
+        for t in range(length):
+            ds.add_frame({
+                "observation.state": rng.standard_normal(4).astype(np.float32),
+                "action": rng.standard_normal(3).astype(np.float32),
+                **{cam: frame(i, ep, t, h, w) for i, cam in enumerate(CAMERAS)},
+                "task": TASKS[ep % 2],
+            })
+        ds.save_episode()
+    ds.finalize()
+    print(json.dumps({"root": str(args.out_root), "episodes": args.episodes}))
+
+
+def _open(root: Path, chunk: int) -> LeRobotDataset:
+    delta = {"observation.state": [k / FPS for k in range(chunk + 1)],
+             "action": [k / FPS for k in range(chunk)],
+             **{cam: [k / FPS for k in range(chunk + 1)] for cam in CAMERAS}}
+    return LeRobotDataset("wamkit/interop", root=root, delta_timestamps=delta)
+
+
+def _global_index(ds: LeRobotDataset, ep: int, start: int) -> int:
+    return int(ds.meta.episodes["dataset_from_index"][ep]) + start
+
+
+def read(args) -> None:
+    ds = _open(Path(args.out_root), args.chunk)
+    out = Path(args.dump_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    windows = json.loads(Path(args.windows_json).read_text())
+    for n, (ep, start) in enumerate(windows):
+        item = ds[_global_index(ds, ep, start)]
+        assert int(item["episode_index"]) == ep, (item["episode_index"], ep)
+        for key in ("observation.state", "action"):
+            assert not bool(item[f"{key}_is_pad"].any()), (ep, start, key)
+            np.save(out / f"{n}_{key}.npy", item[key].numpy())
+        for cam in CAMERAS:
+            pixels = (item[cam] * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)  # [T+1,H,W,3]
+            np.save(out / f"{n}_{cam}.npy", pixels.numpy())
+        (out / f"{n}_task.txt").write_text(item["task"])
+    print(json.dumps({"dumped": len(windows)}))
+
+
+def bench(args) -> None:
+    ds = _open(Path(args.out_root), args.chunk)
+    starts = [_global_index(ds, ep, s) for ep in range(ds.meta.total_episodes)
+              for s in range(0, int(ds.meta.episodes["length"][ep]) - args.chunk)]
+    order = np.random.default_rng(0).permutation(starts)[: args.num + args.warmup].tolist()
+    loader = torch.utils.data.DataLoader(ds, batch_size=1, num_workers=args.workers, sampler=order,
+                                         collate_fn=lambda b: b, prefetch_factor=2 if args.workers else None)
+    it = iter(loader)
+    for _ in range(args.warmup):
+        next(it)
+    t0 = time.perf_counter()
+    n = sum(1 for _ in it)
+    dt = time.perf_counter() - t0
+    print(json.dumps({"windows": n, "seconds": dt, "windows_per_s": n / dt}))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write")
+    w.add_argument("out_root")
+    w.add_argument("--episodes", type=int, default=6)
+    w.add_argument("--length", type=int, default=24)
+    w.add_argument("--height", type=int, default=64)
+    w.add_argument("--width", type=int, default=96)
+    w.add_argument("--data-mb", type=float, default=0.002)
+    w.add_argument("--video-mb", type=float, default=0.02)
+    r = sub.add_parser("read")
+    r.add_argument("out_root")
+    r.add_argument("windows_json")
+    r.add_argument("dump_dir")
+    r.add_argument("--chunk", type=int, default=8)
+    b = sub.add_parser("bench")
+    b.add_argument("out_root")
+    b.add_argument("--chunk", type=int, default=8)
+    b.add_argument("--workers", type=int, default=2)
+    b.add_argument("--num", type=int, default=64)
+    b.add_argument("--warmup", type=int, default=8)
+    args = p.parse_args(argv)
+    {"write": write, "read": read, "bench": bench}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
