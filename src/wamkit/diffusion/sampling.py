@@ -14,6 +14,7 @@ import torch
 
 from wamkit.diffusion.flow import shift_sigma
 from wamkit.model.packing import SequenceSample, pack_samples, packed_layout
+from wamkit.model.tokenizer import latent_frames
 
 
 @dataclass
@@ -89,21 +90,23 @@ def sample_policy(
     sigmas = sigma_schedule(num_steps, shift).tolist()
     use_cfg = float(guidance) != 1.0
 
-    # Condition: the observed frame repeated to T+1 frames so the latent grid matches training.
+    # Condition: only latent frame 0 is clean, and both tokenizers are causal in time (frame 0 is
+    # encoded alone), so encoding the observed frame by itself gives exactly training's frame-0
+    # latent; the other 1 + T/4 - 1 latent frames start as noise. One encoder call per frame size.
+    first_latents = _encode_first_frames(video_tokenizer, [o.frame for o in observations])
+    t = latent_frames(observations[0].chunk_length + 1)
     x0_frames, videos, rows, masks, clean_rows = [], [], [], [], []
-    for obs, gen in zip(observations, gens):
-        clip = obs.frame.unsqueeze(0).expand(obs.chunk_length + 1, -1, -1, -1).unsqueeze(0).contiguous()
-        latent = video_tokenizer.encode(clip)[0].float().cpu()  # [C, t, h, w]
+    for obs, gen, first in zip(observations, gens, first_latents):
         mask = torch.zeros(max_action_dim)
         mask[: obs.action_dim] = 1.0
-        video = torch.randn(latent.shape, generator=gen)
-        video[:, 0] = latent[:, 0]
+        video = torch.randn((first.shape[0], t, *first.shape[1:]), generator=gen)
+        video[:, 0] = first
         actions = torch.randn((obs.chunk_length, max_action_dim), generator=gen) * mask
         clean = []
         if obs.state is not None:
             actions = torch.cat([obs.state.float().cpu().unsqueeze(0), actions])
             clean = [0]
-        x0_frames.append(latent[:, 0].to(device))
+        x0_frames.append(first.to(device))
         videos.append(video.to(device))
         rows.append(actions.to(device))
         masks.append(mask.to(device))
@@ -146,3 +149,18 @@ def _sequence(text_ids, video, rows, clean_rows, sigma, obs: PolicyInput, fps: f
         clean_action_rows=clean_rows, sigma=float(sigma), domain_id=obs.domain_id, fps=fps,
         action_start_frame=0 if clean_rows else 1,
     )
+
+
+def _encode_first_frames(video_tokenizer, frames: list[torch.Tensor]) -> list[torch.Tensor]:
+    """uint8 [H, W, 3] frames -> latent frame 0 of each, [C, h, w] float on the CPU."""
+    groups: dict[tuple, list[int]] = {}
+    for i, frame in enumerate(frames):
+        groups.setdefault(tuple(frame.shape), []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(frames)
+    with torch.no_grad():
+        for indices in groups.values():
+            clips = torch.stack([frames[i] for i in indices]).unsqueeze(1)  # [B, 1, H, W, 3]
+            latents = video_tokenizer.encode(clips)[:, :, 0].float().cpu()
+            for j, i in enumerate(indices):
+                out[i] = latents[j]
+    return out

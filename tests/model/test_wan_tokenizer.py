@@ -1,0 +1,59 @@
+"""The Wan2.2 VAE path through diffusers' AutoencoderKLWan, on a tiny config saved in the real
+on-disk format (config.json + safetensors)."""
+
+import pytest
+import torch
+from diffusers import AutoencoderKLWan
+
+from wamkit.errors import ConfigError, DataError
+from wamkit.model.tokenizer import WanTokenizer, build_video_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_wan_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    # Wan2.2's layout (z 48, residual blocks, 2x2 patchify -> 12 input channels, 16x spatial, 4x temporal)
+    # at a width that runs on CPU in seconds.
+    vae = AutoencoderKLWan(
+        base_dim=16, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+        temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+        patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
+        latents_mean=[0.1] * 48, latents_std=[2.0] * 48,
+    )
+    out = tmp_path_factory.mktemp("wan") / "vae"
+    vae.save_pretrained(out)
+    return out
+
+
+def test_wan_tokenizer_shape_contract_and_normalisation(tiny_wan_dir):
+    tok = build_video_tokenizer("wan2.2", str(tiny_wan_dir))
+    assert isinstance(tok, WanTokenizer) and tok.latent_channels == 48 and tok.spatial_factor == 16
+    video = torch.randint(0, 256, (2, 9, 32, 48, 3), dtype=torch.uint8)
+    z = tok.encode(video)
+    assert z.shape == (2, 48, 3, 2, 3)  # 1 + 8/4 latent frames, 16x down
+    raw = tok.vae.encode(video.permute(0, 4, 1, 2, 3).float() / 127.5 - 1).latent_dist.mode()
+    torch.testing.assert_close(z, (raw - 0.1) / 2.0)
+    back = tok.decode(z)
+    assert back.shape == video.shape and back.dtype == torch.uint8
+
+
+def test_wan_first_latent_frame_depends_only_on_the_first_frame(tiny_wan_dir):
+    """What lets policy inference encode one observed frame instead of a T+1 clip."""
+    tok = WanTokenizer.from_pretrained(tiny_wan_dir)
+    clip = torch.randint(0, 256, (1, 9, 32, 32, 3), dtype=torch.uint8)
+    alone = tok.encode(clip[:, :1])
+    torch.testing.assert_close(alone[:, :, 0], tok.encode(clip)[:, :, 0], atol=1e-5, rtol=1e-4)
+
+
+def test_wan_errors_name_the_fix(tiny_wan_dir, tmp_path):
+    with pytest.raises(ConfigError, match="config.json"):
+        WanTokenizer.from_pretrained(tmp_path)
+    tok = WanTokenizer.from_pretrained(tiny_wan_dir)
+    with pytest.raises(DataError, match="divisible"):
+        tok.encode(torch.zeros(1, 5, 40, 32, 3, dtype=torch.uint8))
+
+
+def test_pixel_first_latent_frame_depends_only_on_the_first_frame():
+    tok = build_video_tokenizer("pixel", pixel_spatial_factor=8)
+    clip = torch.randint(0, 256, (1, 9, 32, 32, 3), dtype=torch.uint8)
+    torch.testing.assert_close(tok.encode(clip[:, :1])[:, :, 0], tok.encode(clip)[:, :, 0])
