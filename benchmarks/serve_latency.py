@@ -35,6 +35,42 @@ def tiny_export(tmp: Path) -> Path:
     return export_run(tmp / "bench", tmp / "export")
 
 
+def random_weight_policy(preset: str, device: str, num_steps: int, image_size: int, compile_layers: bool):
+    """A policy of a preset's real shape with random weights (G1-like contract: chunk 32, 36-D
+    action, 32-D state, 50 fps, 256p tier) and a randomly initialised Wan2.2-layout VAE, in bf16:
+    what latency at Nano width needs without downloading weights."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from wamkit.data import Normalizer
+    from wamkit.model.cosmos3 import build_transformer
+    from wamkit.model.tokenizer import ByteTokenizer, WanTokenizer
+    from wamkit.policy import Policy
+    from wamkit.policy.loading import LoadedModel
+
+    dtype = torch.bfloat16
+    with torch.device(device):
+        model = build_transformer(preset, latent_channel=48, max_action_dim=36, num_domains=32).to(dtype).eval().requires_grad_(False)
+        vae = AutoencoderKLWan(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                               temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+                               patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
+                               latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
+    if compile_layers:
+        model.compile_repeated_blocks(fullgraph=False, dynamic=False)
+    bounds = {"min": np.full(36, -1.0), "max": np.full(36, 1.0)}
+    state_bounds = {"min": np.full(32, -1.0), "max": np.full(32, 1.0)}
+    contract = {
+        "fps": 50.0, "chunk_length": 32, "camera_keys": ["observation.images.ego_view"], "action_dim": 36, "state_dim": 32,
+        "use_state": True, "max_action_dim": 36, "domain_id": 24, "domain_name": "g1_simple", "prompt_template": "{task}",
+        "action_normalizer": Normalizer.from_stats({"action": bounds}, "action", "minmax").state_dict(),
+        "state_normalizer": Normalizer.from_stats({"observation.state": state_bounds}, "observation.state", "minmax").state_dict(),
+        "canvas": {"camera_layout": "side_by_side", "resolution": 256, "wrist_index": 0},
+    }
+    loaded = LoadedModel(model=model, video_tokenizer=WanTokenizer(vae), text_tokenizer=ByteTokenizer(64), contract=contract,
+                         model_info={"preset": preset}, diffusion={"shift": 5.0}, source={"weights": "random"})
+    return Policy(loaded, num_steps=num_steps)
+
+
 class _Client:
     def __init__(self, port: int):
         try:
@@ -107,13 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--random-preset", help="random-weight model of this preset (e.g. nano) with a Wan2.2-layout VAE, bf16")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the decoder layers (with --random-preset)")
     args = parser.parse_args(argv)
 
     from wamkit.serve import PolicyServer, load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.export) if args.export else tiny_export(Path(tmp))
-        policy = load_policy(path, device=args.device, num_steps=args.num_steps)
+        if args.random_preset:
+            path = f"random {args.random_preset}"
+            policy = random_weight_policy(args.random_preset, args.device, args.num_steps, args.image_size, args.compile)
+        else:
+            path = Path(args.export) if args.export else tiny_export(Path(tmp))
+            policy = load_policy(path, device=args.device, num_steps=args.num_steps)
         server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
                               batch_window_ms=args.batch_window_ms).start_in_thread()
         try:
@@ -127,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
             server.join(30)
-    meta_line = (f"model: {path if args.export else 'tiny demo export'}, device {args.device}, "
+    meta_line = (f"model: {path if args.export or args.random_preset else 'tiny demo export'}, device {args.device}, "
                  f"denoising steps {args.num_steps}, chunk {policy.chunk_length}x{policy.action_dim}, "
                  f"image {args.image_size}x{args.image_size}, batch window {args.batch_window_ms} ms")
     print(meta_line + "\n")

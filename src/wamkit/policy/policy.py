@@ -26,7 +26,7 @@ class PolicyInputError(WamkitError, ValueError):
 
 
 class Policy:
-    def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0):
+    def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto"):
         self.loaded = loaded
         self.model = loaded.model
         self.video_tokenizer = loaded.video_tokenizer
@@ -34,7 +34,8 @@ class Policy:
         self.contract = loaded.contract
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
-        self.processor = install_packed_attention(self.model)
+        device = next(self.model.parameters()).device
+        self.processor = install_packed_attention(self.model, ("flex" if device.type == "cuda" else "sdpa") if attention == "auto" else attention)
         self.action_normalizer = Normalizer.from_state_dict(self.contract["action_normalizer"])
         state_norm = self.contract.get("state_normalizer")
         if self.use_state and state_norm is None:
