@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wamkit.data import Normalizer
 from wamkit.data.canvas import compose_canvas
-from wamkit.diffusion.flow import resolution_shift
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.packing import install_packed_attention
+from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
 
 
@@ -25,22 +24,13 @@ class PolicyInputError(WamkitError, ValueError):
     """An observation passed to Policy.predict is malformed; `where` names the field."""
 
 
-class Policy:
+class Policy(ContractModel):
     def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto"):
-        self.loaded = loaded
-        self.model = loaded.model
-        self.video_tokenizer = loaded.video_tokenizer
-        self.text_tokenizer = loaded.text_tokenizer
-        self.contract = loaded.contract
+        self._init_contract(loaded)
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
         device = next(self.model.parameters()).device
         self.processor = install_packed_attention(self.model, ("flex" if device.type == "cuda" else "sdpa") if attention == "auto" else attention)
-        self.action_normalizer = Normalizer.from_state_dict(self.contract["action_normalizer"])
-        state_norm = self.contract.get("state_normalizer")
-        if self.use_state and state_norm is None:
-            raise WamkitError("data contract", "use_state is true but there is no state_normalizer", "re-save the checkpoint")
-        self.state_normalizer = Normalizer.from_state_dict(state_norm) if self.use_state else None
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -55,41 +45,9 @@ class Policy:
         """A directory written by wamkit.export.export_run."""
         return cls(load_from_export(directory, device=device), num_steps, guidance)
 
-    # ---- contract ------------------------------------------------------------------------------
-    @property
-    def chunk_length(self) -> int:
-        return int(self.contract["chunk_length"])
-
-    @property
-    def action_dim(self) -> int:
-        return int(self.contract["action_dim"])
-
-    @property
-    def state_dim(self) -> int:
-        return int(self.contract.get("state_dim") or 0)
-
-    @property
-    def max_action_dim(self) -> int:
-        return int(self.contract["max_action_dim"])
-
-    @property
-    def use_state(self) -> bool:
-        return bool(self.contract["use_state"])
-
-    @property
-    def camera_keys(self) -> list[str]:
-        return list(self.contract.get("camera_keys") or [])
-
-    @property
-    def fps(self) -> float:
-        return float(self.contract["fps"])
-
     def shift_for(self, frame: torch.Tensor) -> float:
         """The same noise shift that training used for this frame size."""
-        d = self.loaded.diffusion
-        if d.get("shift", 0.0) > 0:
-            return float(d["shift"])
-        return resolution_shift(frame.shape[0], frame.shape[1], float(d["base_shift"]), int(d["base_resolution"]))
+        return self.training_shift(frame.shape[0], frame.shape[1])
 
     # ---- inference -----------------------------------------------------------------------------
     def prepare(self, observations: list[Mapping]) -> list[PolicyInput]:

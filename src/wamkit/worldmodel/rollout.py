@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wamkit.data import LeRobotV3Dataset, Normalizer
+from wamkit.data import LeRobotV3Dataset
 from wamkit.data.canvas import compose_frames
-from wamkit.diffusion.flow import resolution_shift
 from wamkit.errors import WamkitError
 from wamkit.model.packing import install_packed_attention
+from wamkit.policy.contract import ContractModel
 from wamkit.worldmodel.sampling import sample_video
 
 MODES = ("teacher_forced", "autoregressive")
@@ -45,7 +45,7 @@ def _seed_for(seed: int, episode: int, chunk: int, salt: int = 0) -> int:
     return (int(seed) * 1_000_003 + int(episode) * 10_007 + int(chunk) * 101 + salt) % (2**63)
 
 
-class WorldModel:
+class WorldModel(ContractModel):
     """A loaded model (wamkit.policy.loading.LoadedModel) used as an action-conditioned video
     generator. Default sampling: 30 Euler steps, guidance 1.0, the training shift."""
 
@@ -56,14 +56,10 @@ class WorldModel:
             raise WorldModelError("model.mode", f"the checkpoint was trained in {mode!r} mode, which never learned to "
                                   "generate video from clean actions", "evaluate a run trained with model.mode = "
                                   "'forward_dynamics' or 'mixed' (or pass allow_any_mode=True)")
-        self.loaded, self.model = loaded, loaded.model
-        self.video_tokenizer, self.text_tokenizer, self.contract = loaded.video_tokenizer, loaded.text_tokenizer, loaded.contract
+        self._init_contract(loaded)
         self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
         self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
         self.processor = install_packed_attention(self.model)
-        self.action_normalizer = Normalizer.from_state_dict(self.contract["action_normalizer"])
-        state_norm = self.contract.get("state_normalizer")
-        self.state_normalizer = Normalizer.from_state_dict(state_norm) if self.use_state else None
 
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
@@ -75,35 +71,11 @@ class WorldModel:
             return cls(load_from_export(path, device=device), **kw)
         return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
 
-    # ---- contract ------------------------------------------------------------------------------
-    @property
-    def chunk_length(self) -> int:
-        return int(self.contract["chunk_length"])
-
-    @property
-    def action_dim(self) -> int:
-        return int(self.contract["action_dim"])
-
-    @property
-    def max_action_dim(self) -> int:
-        return int(self.contract["max_action_dim"])
-
-    @property
-    def use_state(self) -> bool:
-        return bool(self.contract["use_state"])
-
-    @property
-    def fps(self) -> float:
-        return float(self.contract["fps"])
-
     def shift_for(self, frame: torch.Tensor) -> float:
         """The explicit shift, else the one training used for this frame size."""
         if self.shift is not None:
             return float(self.shift)
-        d = self.loaded.diffusion
-        if d.get("shift", 0.0) > 0:
-            return float(d["shift"])
-        return resolution_shift(frame.shape[-3], frame.shape[-2], float(d["base_shift"]), int(d["base_resolution"]))
+        return self.training_shift(frame.shape[-3], frame.shape[-2])
 
     def normalize_actions(self, raw: np.ndarray) -> torch.Tensor:
         """raw [..., action_dim] -> normalized, padded [..., max_action_dim] float32."""
