@@ -231,6 +231,12 @@ def _mw_spec(task: str) -> EnvSpec:
 
 REGISTRY: dict[str, EnvSpec] = {f"metaworld/{t}": _mw_spec(t) for t in _MW_TASKS}
 
+# ALOHA (gym-aloha): wamkit.sim.aloha uses the base classes above, so it is imported after them; its module top level
+# only needs numpy (gym-aloha/dm_control are imported when an env is built)
+from wamkit.sim.aloha import ALOHA_TRANSFER_CUBE_SPEC  # noqa: E402
+
+REGISTRY[ALOHA_TRANSFER_CUBE_SPEC.name] = ALOHA_TRANSFER_CUBE_SPEC
+
 
 def env_names() -> list[str]:
     return sorted(REGISTRY)
@@ -242,7 +248,7 @@ def get_spec(name: str) -> EnvSpec:
 
         near = difflib.get_close_matches(name, REGISTRY, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
-        raise SimError(f"sim env {name!r}", "is not registered", f"{hint}use one of {env_names()} (ALOHA and SO-101 "
+        raise SimError(f"sim env {name!r}", "is not registered", f"{hint}use one of {env_names()} (SO-101 "
                        "recorders are not implemented yet)")
     return REGISTRY[name]
 
