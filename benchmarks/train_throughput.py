@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--fsdp", action="store_true", help="shard with wamkit's parallelize() (automatic under torchrun)")
     p.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--replicate", type=int, default=1, help="HSDP: replicate degree (shard degree = world / replicate)")
     args = p.parse_args(argv)
 
     ctx = init_distributed(args.device)
@@ -162,7 +163,7 @@ def main(argv=None) -> int:
     if args.fsdp:  # bf16 storage as in the single-GPU rows, so the comparison isolates sharding cost
         knobs = SimpleNamespace(activation_checkpointing="none", compile=args.compile and device.type == "cuda",
                                 param_dtype="bfloat16", reduce_dtype="float32", reshard_after_forward=args.reshard_after_forward)
-        mesh = build_mesh(ParallelDims(1, ctx.world_size), device)
+        mesh = build_mesh(ParallelDims(args.replicate, ctx.world_size // args.replicate), device)
         model = parallelize(model, mesh, SimpleNamespace(parallel=knobs))
         args.baseline = False
     say = print if ctx.is_main else (lambda *a, **k: None)  # only rank 0 prints the table
@@ -180,7 +181,8 @@ def main(argv=None) -> int:
     for key in keys:
         n = int(packed_n[key])
         packed = run_case(model, SHAPES[key], n, True, args, device, dtype)
-        fsdp = f", FSDP2 x{ctx.world_size}{'' if args.reshard_after_forward else ' no-reshard'}" if args.fsdp else ""
+        layout = f"HSDP {args.replicate}x{ctx.world_size // args.replicate}" if args.replicate > 1 else f"FSDP2 x{ctx.world_size}"
+        fsdp = f", {layout}{'' if args.reshard_after_forward else ' no-reshard'}" if args.fsdp else ""
         rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile and device.type == 'cuda' else ''}{fsdp})", n, packed))
         mfu[key] = packed["flops"] / packed["seconds"] / rate if rate == rate else float("nan")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from wamkit.errors import WamkitError
@@ -189,7 +190,8 @@ def _train(args) -> int:
     from wamkit.train.trainer import Trainer
 
     summary = Trainer(cfg, device=args.device).train()
-    print("[wamkit] done: " + json.dumps(summary, indent=2))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
+        print("[wamkit] done: " + json.dumps(summary, indent=2))
     return 0
 
 

@@ -95,7 +95,7 @@ class ModelConfig:
     max_action_dim: int = 36
     num_domains: int = 32
     train_text_pathway: bool = False
-    attention: str = "auto"  # auto (flex on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks)
+    attention: str = "auto"  # auto (flex for bf16 on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks)
 
 
 @dataclass

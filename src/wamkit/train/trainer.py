@@ -35,9 +35,11 @@ RESUMABLE_KNOBS = {
 }
 
 
-def attention_backend(choice: str, device: torch.device) -> str:
+def attention_backend(choice: str, device: torch.device, compute_dtype: str) -> str:
+    """auto: flex block masks for bf16 training on CUDA; dense SDPA masks otherwise (CPU, and fp32
+    on CUDA, where inductor finds no flex kernel for small fp32 heads)."""
     if choice == "auto":
-        return "flex" if device.type == "cuda" else "sdpa"
+        return "flex" if device.type == "cuda" and compute_dtype == "bfloat16" else "sdpa"
     return choice
 
 
@@ -69,7 +71,7 @@ class Trainer:
         self.model = parallelize(self.model, mesh, cfg)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
-            attention_backend(cfg.model.attention, self.device), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
+            attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
         )
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
