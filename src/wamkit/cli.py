@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     distill.add_argument("recipe")
     distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     distill.add_argument("--device", default="cpu")
+    distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes")
 
     export = sub.add_parser("export", help="export a run's checkpoint to a self-contained diffusers-format directory")
     export.add_argument("path", help="run directory or checkpoints/iter_<N>")
@@ -154,6 +155,15 @@ def _dispatch(args) -> int:
         from wamkit.bimanual import validate_main
 
         return validate_main(args.bundle, materialize=args.materialize, stage=args.stage)
+    if args.command == "distill" and args.dry_run:
+        import dataclasses
+
+        from wamkit.distill import load_distill_recipe
+        from wamkit.train.dry_run import describe
+
+        cfg, dcfg = load_distill_recipe(args.recipe, args.overrides)
+        print(describe(cfg) + "\n# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items()))
+        return 0
     if args.command == "distill":
         from wamkit.distill import distill_main
 

@@ -24,6 +24,8 @@ def load_experiment(recipe: str | Path | None, overrides: list[str] = ()) -> Exp
     if recipe is not None:
         source = str(recipe)
         raw = read_recipe(Path(recipe))
+    if "distill" in raw:
+        raise ConfigError(source, "is a distillation recipe (it has a [distill] section)", f"run it with `wamkit distill {source}`")
     for item in overrides:
         _apply_override(raw, item)
     config = ExperimentConfig()

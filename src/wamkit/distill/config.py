@@ -19,11 +19,10 @@ EMA, checkpoint.load_path = the student's initial weights) plus:
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from wamkit.config.loader import _apply_override, _merge
+from wamkit.config.loader import _apply_override, _merge, read_recipe
 from wamkit.config.schema import ExperimentConfig
 from wamkit.errors import ConfigError
 
@@ -66,10 +65,7 @@ class DistillConfig:
 
 
 def load_distill_recipe(recipe: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, DistillConfig]:
-    path = Path(recipe)
-    if not path.is_file():
-        raise ConfigError(str(recipe), "recipe file not found", "pass a stage-2/3 recipe, e.g. recipes/sim_bimanual_stage2.toml")
-    raw = tomllib.loads(path.read_text())
+    raw = read_recipe(Path(recipe))  # same TOML reading (and `extends`) as `wamkit train`
     for item in overrides:
         _apply_override(raw, item)
     distill_raw = raw.pop("distill", {})

@@ -7,6 +7,7 @@ import math
 
 from wamkit.config import format_config
 from wamkit.data.canvas import CanvasTransform
+from wamkit.bimanual.bundle import is_bundle, open_bundle
 from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
@@ -70,7 +71,12 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
         at_hand = (root / "meta" / "info.json").exists() or is_multi_root(root) or cfg.data.generate_demo
     except ConfigError as exc:
         root, at_hand = f"{cfg.data.path} ({exc.problem})", False
-    if at_hand:
+    if at_hand is False and not isinstance(root, str) and is_bundle(root):
+        bundle = open_bundle(root)
+        cameras, views = ["bundle"], [tuple(bundle.manifest["frame_size"])]
+        source = f"bundle {root}: {len(bundle.samples)} samples"
+        task = bundle.samples[0].get("caption", "") if bundle.samples else ""
+    elif at_hand:
         dataset = open_dataset(cfg)
         cameras = cfg.data.camera_keys or dataset.camera_keys
         views = [tuple(dataset.features[k]["shape"][:2]) for k in cameras]
