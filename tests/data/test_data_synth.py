@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import wamkit.data.synth as synth
 from wamkit.data import compute_stats, write_demo_dataset
 from wamkit.errors import DataError
 
@@ -69,7 +68,9 @@ def test_failure_leaves_nothing(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(synth, "_info", boom)
+    from wamkit.data import writer
+
+    monkeypatch.setattr(writer, "compute_stats", boom)  # fails after data and video files are written
     with pytest.raises(RuntimeError, match="disk full"):
         write_demo_dataset(tmp_path / "demo", num_episodes=2)
     assert list(tmp_path.iterdir()) == []

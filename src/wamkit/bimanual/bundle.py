@@ -94,7 +94,7 @@ def write_synthetic_bundle(
     fps: float = 10.0, seed: int = 0, val_fraction: float = 0.25, sources: list[tuple[str, float]] | None = None,
 ) -> Path:
     """Write a small bundle: `samples` windows of two moving arms (disks) driven by the actions."""
-    from wamkit.data.synth import _encode_video
+    from wamkit.data.writer import encode_video
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -114,7 +114,7 @@ def write_synthetic_bundle(
         frames = np.stack([_render(poses[i, :ARM_SIZE], poses[i, ARM_SIZE: 2 * ARM_SIZE], image_size) for i in range(num_frames)])
         actions = poses[1:].copy()  # row t = the pose commanded for frame t+1
         media, action_path, mask_path = f"media/ep{ep:05d}.mp4", f"actions/ep{ep:05d}.npy", f"actions/ep{ep:05d}.mask.npy"
-        _encode_video(out / media, frames, int(fps), "libx264")
+        encode_video(out / media, frames, int(fps), "libx264")
         (out / "actions").mkdir(parents=True, exist_ok=True)
         np.save(out / action_path, actions.astype(np.float32))
         np.save(out / mask_path, mask)

@@ -12,13 +12,8 @@ from wamkit.data.sample import SampleTransform, TrainingSample
 from wamkit.data.selection import KeepRanges, NoWindowsKept, trajectory_keys
 from wamkit.data.split import split_episodes
 from wamkit.data.stats import compute_dataset_stats, stats_main, write_stats
-from wamkit.data.synth import (
-    SynthEpisode,
-    compute_stats,
-    generate_episodes,
-    render_scene,
-    write_demo_dataset,
-)
+from wamkit.data.synth import SynthEpisode, generate_episodes, render_scene, write_demo_dataset
+from wamkit.data.writer import RecordedEpisode, compute_stats, write_lerobot_dataset
 from wamkit.data.windows import Window, WindowDataset
 
 __all__ = [
@@ -52,6 +47,8 @@ __all__ = [
     "Window",
     "WindowDataset",
     "compute_stats",
+    "RecordedEpisode",
+    "write_lerobot_dataset",
     "generate_episodes",
     "render_scene",
     "split_episodes",

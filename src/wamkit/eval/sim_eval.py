@@ -118,7 +118,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
 
     `policy` is a Policy or a path (export / run / checkpoint directory). `execute_horizon` defaults to
     the policy's chunk length. `resolution` defaults to the frame size of the policy's training data."""
-    from wamkit.data.synth import _encode_video
+    from wamkit.data.writer import encode_video
     from wamkit.eval.report import write_report
     from wamkit.sim.envs import get_spec, make_env
     from wamkit.sim.record import episode_seed
@@ -166,7 +166,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
             video = None
             if out is not None and i < num_videos:
                 video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
-                _encode_video(out / video, np.stack(frames), int(round(spec.fps)), "libx264")
+                encode_video(out / video, np.stack(frames), int(round(spec.fps)), "libx264")
             per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video))
             if verbose:
                 print(f"[wamkit eval] {env_name} episode {i}: {'success' if success else 'failure'} in {length} steps "

@@ -6,7 +6,7 @@ unless already set, so import it before mujoco/metaworld."""
 
 from wamkit.sim.envs import REGISTRY, EnvSpec, SimEnv, SimError, env_names, ensure_gl_backend, get_spec, make_env
 from wamkit.sim.record import RecordSummary, record, sim_record_main
-from wamkit.sim.writer import RecordedEpisode, write_lerobot_dataset
+from wamkit.data.writer import RecordedEpisode, write_lerobot_dataset
 
 ensure_gl_backend()  # only sets MUJOCO_GL (if unset) so later mujoco/metaworld imports render headless
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from wamkit.errors import DataError
 from wamkit.sim.envs import SimError, get_spec, make_env
-from wamkit.sim.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
+from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
 
 
 @dataclass

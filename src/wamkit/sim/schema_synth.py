@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from wamkit.errors import ConfigError
-from wamkit.sim.writer import RecordedEpisode, write_lerobot_dataset
+from wamkit.data.writer import RecordedEpisode, write_lerobot_dataset
 
 
 @dataclass(frozen=True)

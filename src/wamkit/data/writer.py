@@ -1,25 +1,76 @@
-"""A general LeRobot v3.0 writer for recorded episodes (any task strings, state/action names, one camera).
-
-`wamkit.data.synth`'s dataset writer is specific to the demo task (fixed task list, names and
-robot type), so this module writes the same on-disk layout for arbitrary episodes, reusing synth's
-low-level pieces (path templates, H.264 encoder settings, fixed-size-list columns, statistics).
-"""
+"""The LeRobot v3.0 writer: any episodes (task strings, state/action names, one or more cameras)
+to the on-disk layout `wamkit.data.LeRobotV3Dataset` and LeRobot's own reader expect. Used by the
+demo dataset, the simulator recorders and the schema-exact synthetic datasets."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import av
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from wamkit.data.synth import (CHUNKS_SIZE, DATA_PATH, EPISODES_PATH, VIDEO_PATH, _encode_video, _vector,
-                               _write_table, compute_stats)
 from wamkit.errors import DataError
+
+CHUNKS_SIZE = 1000
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+ENCODERS = {"h264": ("libx264", "h264"), "libx264": ("libx264", "h264"),
+            "av1": ("libsvtav1", "av1"), "libsvtav1": ("libsvtav1", "av1")}
+
+
+def compute_stats(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Per-channel min/max/mean/std/q01/q99/count of [N, D] (or [N]) arrays, as in meta/stats.json."""
+    stats = {}
+    for key, values in arrays.items():
+        x = np.asarray(values, dtype=np.float64)
+        if len(x) == 0:
+            raise DataError(f"compute_stats[{key!r}]", "no rows", "compute stats on a non-empty dataset")
+        x = x.reshape(len(x), -1)
+        stats[key] = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0),
+                      "q01": np.quantile(x, 0.01, axis=0), "q99": np.quantile(x, 0.99, axis=0),
+                      "count": np.asarray([len(x)])}
+    return stats
+
+
+def encode_video(path: Path, frames: np.ndarray, fps: int, encoder: str) -> None:
+    """Encode frames [N,H,W,3] as yuv420p mp4 with frame i at pts i/fps."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if encoder == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its full config at info level otherwise
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(encoder, rate=fps)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = Fraction(1, fps)
+        stream.codec_context.gop_size = 2 * fps
+        stream.options = {"crf": "10", "preset": "veryfast"} if encoder == "libx264" else {"crf": "12", "preset": "8"}
+        for i, img in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+
+def write_table(path: Path, columns: dict[str, pa.Array]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+
+
+def vector_column(values: np.ndarray) -> pa.Array:
+    """[N, D] float32 -> fixed_size_list<float32>[D] column (what LeRobot/HF datasets write)."""
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), values.shape[1])
+
+
 
 DEFAULT_CAMERA_KEY = "observation.images.front"
 
@@ -86,7 +137,8 @@ def _widen_constant(stats: dict, key: str, bounds: tuple[Sequence[float], Sequen
 def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisode], fps: float, *,
                           state_names: Sequence[str], action_names: Sequence[str], robot_type: str,
                           camera_key: str = DEFAULT_CAMERA_KEY, episodes_per_file: int = 16,
-                          state_bounds=None, action_bounds=None, extra_info: dict | None = None) -> dict:
+                          state_bounds=None, action_bounds=None, extra_info: dict | None = None,
+                          codec: str = "h264", tasks: Sequence[str] | None = None) -> dict:
     """Write `episodes` as a LeRobot v3.0 dataset (H.264 video), atomically (temp dir, then rename).
     Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds."""
     out_dir = Path(out_dir)
@@ -100,7 +152,13 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DataError(str(out_dir), "already exists and is not an empty directory",
                         "delete it or choose another output directory")
-    tasks = sorted({e.task for e in episodes})
+    if codec not in ENCODERS:
+        raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+    encoder, codec_name = ENCODERS[codec]
+    used = {e.task for e in episodes}
+    tasks = list(tasks) if tasks is not None else sorted(used)
+    if not used <= set(tasks):
+        raise DataError("write_lerobot_dataset: tasks", f"episodes use tasks not listed: {sorted(used - set(tasks))}", "list every task")
     task_index = {t: i for i, t in enumerate(tasks)}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
@@ -112,9 +170,9 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
             lengths = [len(e.states) for e in group]
             n = sum(lengths)
             frame_index = np.concatenate([np.arange(k) for k in lengths])
-            _write_table(tmp / DATA_PATH.format(chunk_index=chunk, file_index=fidx), {
-                "observation.state": _vector(np.concatenate([e.states for e in group]).astype(np.float32)),
-                "action": _vector(np.concatenate([e.actions for e in group]).astype(np.float32)),
+            write_table(tmp / DATA_PATH.format(chunk_index=chunk, file_index=fidx), {
+                "observation.state": vector_column(np.concatenate([e.states for e in group]).astype(np.float32)),
+                "action": vector_column(np.concatenate([e.actions for e in group]).astype(np.float32)),
                 "timestamp": pa.array((frame_index / fps).astype(np.float32)),
                 "frame_index": pa.array(frame_index, pa.int64()),
                 "episode_index": pa.array(np.repeat(np.arange(first_ep, first_ep + len(group)), lengths), pa.int64()),
@@ -122,8 +180,8 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
                 "task_index": pa.array(np.repeat([task_index[e.task] for e in group], lengths), pa.int64()),
             })
             for key in sizes:
-                _encode_video(tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
-                              np.concatenate([e.camera_frames(camera_key)[key] for e in group]), fps, "libx264")
+                encode_video(tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
+                              np.concatenate([e.camera_frames(camera_key)[key] for e in group]), fps, encoder)
             rows, offset = [], 0
             for j, (ep, k) in enumerate(zip(group, lengths)):
                 row = {"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
@@ -135,10 +193,10 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
                                 f"videos/{key}/from_timestamp": offset / fps, f"videos/{key}/to_timestamp": (offset + k) / fps})
                 rows.append(row)
                 offset += k
-            _write_table(tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
+            write_table(tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
             first_ep += len(group)
             first_index += n
-        _write_table(tmp / "meta" / "tasks.parquet",
+        write_table(tmp / "meta" / "tasks.parquet",
                      {"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks)})
         stats = compute_stats({"observation.state": np.concatenate([e.states for e in episodes]),
                                "action": np.concatenate([e.actions for e in episodes])})
@@ -155,7 +213,7 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
             "data_path": DATA_PATH, "video_path": VIDEO_PATH,
             "features": {
                 **{key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
-                         "info": {"video.height": h, "video.width": w, "video.codec": "h264",
+                         "info": {"video.height": h, "video.width": w, "video.codec": codec_name,
                                   "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
                                   "video.channels": 3, "has_audio": False}}
                    for key, (h, w) in sizes.items()},
