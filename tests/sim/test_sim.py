@@ -135,3 +135,11 @@ def test_plot_falls_back_to_svg_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     path = plot_success_vs_step([(0, 0.0, 0.0, 0.5), (10, 0.5, 0.2, 0.8)], tmp_path / "p.png")
     assert path.suffix == ".svg" and path.read_text().startswith("<svg")
+
+
+def test_multi_task_recording_writes_one_dataset_with_every_task(tmp_path):
+    summary = record("metaworld/reach-v3,metaworld/drawer-open-v3", 1, tmp_path / "mt", seed=0, resolution=64)
+    ds = LeRobotV3Dataset(tmp_path / "mt")
+    assert summary.attempted == 2 and summary.kept == 2
+    assert sorted(ds.episode_task(e) for e in ds.episode_indices) == sorted(ds.tasks.values())
+    assert len(set(ds.tasks.values())) == 2 and ds.fps == 80

@@ -77,11 +77,19 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
            verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
-    `episodes` counts attempts; the summary says how many succeeded (were kept) and which were
-    dropped. `step_budgets[i]` (optional) overrides the step budget of attempt i (tests use it to
-    force a failure). Raises if no attempt succeeded."""
+    `env_name` may list several envs separated by commas (a multi-task dataset; their state/action
+    layout and fps must agree): `episodes` attempts are made in each. `episodes` counts attempts;
+    the summary says how many succeeded (were kept) and which were dropped. `step_budgets[i]`
+    (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
+    no attempt succeeded."""
     t0 = time.perf_counter()
-    spec = get_spec(env_name)
+    names = [n.strip() for n in env_name.split(",") if n.strip()]
+    specs = [get_spec(n) for n in names]
+    spec = specs[0]
+    for other in specs[1:]:
+        if (other.state_names, other.action_names, other.fps) != (spec.state_names, spec.action_names, spec.fps):
+            raise SimError(f"record {env_name}", f"{other.name} and {spec.name} differ in state/action layout or fps",
+                           "record envs of one robot into one dataset, others separately")
     if episodes < 1:
         raise SimError("record: episodes", f"is {episodes}", "record at least one episode")
     if resolution % 16:
@@ -91,38 +99,50 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DataError(str(out_dir), "already exists and is not an empty directory",
                         "delete it or choose another output directory")
-    budgets = list(step_budgets or [])
     kept: list[RecordedEpisode] = []
     dropped: list[int] = []
+    kept_seeds: list[int] = []
+    for index, name in enumerate(names):
+        for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
+                                                   post_success_steps, camera, verbose):
+            global_attempt = index * episodes + attempt
+            if success:
+                kept.append(episode)
+                kept_seeds.append(episode_seed(seed, attempt))
+            else:
+                dropped.append(global_attempt)
+    if not kept:
+        raise SimError(f"record {env_name}", f"the expert failed all {episodes * len(names)} attempts; nothing to write",
+                       "raise max_episode_steps or check the simulator install")
+    written = write_lerobot_dataset(out_dir, kept, spec.fps, state_names=spec.state_names,
+                                    action_names=spec.action_names, robot_type=spec.robot_type,
+                                    camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
+                                    state_bounds=spec.state_bounds, action_bounds=spec.action_bounds,
+                                    tasks=[s.task for s in specs])
+    attempted = episodes * len(names)
+    summary = RecordSummary(
+        env_name=",".join(names), out_dir=str(out_dir), attempted=attempted, kept=len(kept), dropped=len(dropped),
+        expert_success_rate=len(kept) / attempted, dropped_attempts=dropped, kept_lengths=[len(e.states) for e in kept],
+        total_frames=sum(len(e.states) for e in kept), fps=spec.fps, resolution=resolution,
+        task="; ".join(s.task for s in specs), widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
+    provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
+                  "max_episode_steps": max_episode_steps or spec.max_episode_steps, "episode_seeds_kept": kept_seeds}
+    (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
+    return summary
+
+
+def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, verbose):
+    """Yield (attempt, episode, success) for `episodes` expert attempts in one env."""
+    budgets = list(step_budgets or [])
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as env:
         for attempt in range(episodes):
             budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
             budget = min(int(budget), env.max_episode_steps)
             episode, success = rollout_expert(env, episode_seed(seed, attempt), budget, post_success_steps)
-            if success:
-                kept.append(episode)
-            else:
-                dropped.append(attempt)
             if verbose:
                 print(f"[wamkit sim] {env_name} attempt {attempt}: {'success' if success else 'FAILED (dropped)'} "
                       f"after {len(episode.states)} steps", flush=True)
-    if not kept:
-        raise SimError(f"record {env_name}", f"the expert failed all {episodes} attempts; nothing to write",
-                       "raise max_episode_steps or check the simulator install")
-    written = write_lerobot_dataset(out_dir, kept, spec.fps, state_names=spec.state_names,
-                                    action_names=spec.action_names, robot_type=spec.robot_type,
-                                    camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
-                                    state_bounds=spec.state_bounds, action_bounds=spec.action_bounds)
-    summary = RecordSummary(
-        env_name=env_name, out_dir=str(out_dir), attempted=episodes, kept=len(kept), dropped=len(dropped),
-        expert_success_rate=len(kept) / episodes, dropped_attempts=dropped, kept_lengths=[len(e.states) for e in kept],
-        total_frames=sum(len(e.states) for e in kept), fps=spec.fps, resolution=resolution, task=spec.task,
-        widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
-    provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
-                  "max_episode_steps": max_episode_steps or spec.max_episode_steps,
-                  "episode_seeds_kept": [episode_seed(seed, a) for a in range(episodes) if a not in dropped]}
-    (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
-    return summary
+            yield attempt, episode, success
 
 
 def sim_record_main(args) -> int:
