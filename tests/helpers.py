@@ -29,3 +29,21 @@ def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> sub
     if check and proc.returncode != 0:
         raise AssertionError(f"wamkit {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def train_tiny_run(tmp: Path, name: str = "tiny_run", extra=()) -> Path:
+    """Train the demo recipe 4 steps in-process on a generated 2-D reach dataset; the run dir."""
+    from wamkit.config import load_experiment
+    from wamkit.data import write_demo_dataset
+    from wamkit.train.trainer import Trainer
+
+    root = tmp / "reach"
+    if not root.exists():
+        write_demo_dataset(root, num_episodes=8)
+    overrides = {
+        "job.name": f'"{name}"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"',
+        "trainer.max_iter": "4", "checkpoint.save_iter": "4", "trainer.samples_per_step": "2",
+        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
+    }
+    Trainer(load_experiment(DEMO_RECIPE, [f"{k}={v}" for k, v in overrides.items()] + list(extra))).train()
+    return tmp / name

@@ -7,25 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from wamkit.config import load_experiment
-from wamkit.data import write_demo_dataset
+from tests.helpers import train_tiny_run
 from wamkit.export import ExportError, export_run, verify_same_outputs
 from wamkit.policy import Policy, load_from_checkpoint
 from wamkit.policy.loading import load_transformer
-from wamkit.train.trainer import Trainer
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.toml"
-
-
-def train_tiny_run(tmp, name="export_run", extra=()):
-    root = write_demo_dataset(tmp / "reach", num_episodes=8)
-    overrides = {
-        "job.name": f'"{name}"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"', "data.generate_demo": "false",
-        "trainer.max_iter": "4", "checkpoint.save_iter": "4", "trainer.samples_per_step": "2",
-        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
-    }
-    Trainer(load_experiment(RECIPE, [f"{k}={v}" for k, v in overrides.items()] + list(extra))).train()
-    return tmp / name
 
 
 @pytest.fixture(scope="module")

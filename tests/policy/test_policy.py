@@ -6,29 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from wamkit.config import load_experiment
-from wamkit.data import Normalizer, write_demo_dataset
+from tests.helpers import train_tiny_run
+from wamkit.data import Normalizer
 from wamkit.errors import CheckpointError
 from wamkit.policy import Policy, config_from_dict
 from wamkit.policy.policy import PolicyInputError
-from wamkit.train.trainer import Trainer
 
-RECIPE = "recipes/demo_tiny.toml"
-
-
-def train_tiny_run(tmp, name="policy_run", extra=()):
-    root = write_demo_dataset(tmp / "reach", num_episodes=8)
-    overrides = {
-        "job.name": f'"{name}"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"', "data.generate_demo": "false",
-        "trainer.max_iter": "4", "checkpoint.save_iter": "4", "trainer.samples_per_step": "2",
-        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
-    }
-    from pathlib import Path
-
-    recipe = Path(__file__).resolve().parents[2] / RECIPE
-    cfg = load_experiment(recipe, [f"{k}={v}" for k, v in overrides.items()] + list(extra))
-    Trainer(cfg).train()
-    return tmp / name
 
 
 @pytest.fixture(scope="module")

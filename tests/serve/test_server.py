@@ -12,6 +12,8 @@ from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from websockets.exceptions import ConnectionClosedError
 
 from tests.serve.serve_helpers import NUM_STEPS, SEED, as_policy_obs, make_obs
+from tests.helpers import DEMO_RECIPE
+from wamkit.config import load_experiment
 from wamkit.policy import Policy
 from wamkit.serve import PolicyServer, observation_from_request
 from wamkit.serve.protocol import ProtocolError
@@ -28,7 +30,8 @@ def test_openpi_client_gets_metadata_and_the_policys_actions(server, policy):
     meta = client.get_server_metadata()
     assert meta["action_dim"] == 3 and meta["chunk_length"] == 8 and meta["state_dim"] == 4 and meta["fps"] == 10.0
     assert meta["camera_keys"] == ["observation.images.front"] and meta["num_steps"] == NUM_STEPS
-    assert meta["domain_id"] == 0 and meta["protocol"] == "openpi-msgpack-numpy" and meta["seed"] == SEED
+    assert meta["domain_id"] == load_experiment(DEMO_RECIPE).data.domain_id  # the run's domain row
+    assert meta["protocol"] == "openpi-msgpack-numpy" and meta["seed"] == SEED
     request = make_obs(3)
     reply = client.infer(request)
     action = reply["action"]
