@@ -23,6 +23,10 @@ def describe(cfg) -> str:
     video_tok, text_tok = build_tokenizers(cfg) if cfg.model.tokenizer == "pixel" else (None, None)
     channels = video_tok.latent_channels if video_tok else 48
     model = build_model(cfg, channels, meta=True)
+    if cfg.lora.enabled:  # adapters change what trains (and so optimizer and EMA memory)
+        from wamkit.model.lora import apply_lora
+
+        apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
     params = count_parameters(model)
     lines.append("# model")
     lines.append(f"preset = {cfg.model.preset}  layers = {model.config.num_hidden_layers}  hidden = {model.config.hidden_size}")
