@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("--bundle", required=True, help="bundle directory (manifest.json + samples.json)")
     validate.add_argument("--materialize", action="store_true", help="also build one packed sample of --stage and report shapes/dtypes")
     validate.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
+    cache = data_sub.add_parser("cache-latents", help="tokenize every window of a recipe's dataset once; train with data.latent_cache=DIR")
+    cache.add_argument("recipe")
+    cache.add_argument("--out", required=True)
+    cache.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    cache.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
     doctor.add_argument("path")
     doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
@@ -125,6 +130,13 @@ def _dispatch(args) -> int:
         from wamkit.sim.schema_synth import write_schema_dataset
 
         print(f"wrote {args.schema} schema dataset to {write_schema_dataset(args.schema, args.out_dir, args.episodes)}")
+        return 0
+    if args.command == "data" and args.data_command == "cache-latents":
+        from wamkit.config import load_experiment
+        from wamkit.train.latents import cache_latents
+
+        out = cache_latents(load_experiment(args.recipe, args.overrides), args.out, dtype=args.dtype)
+        print(f"wrote latent cache to {out}; train with --set data.latent_cache={out}")
         return 0
     if args.command == "data" and args.data_command == "doctor":
         from wamkit.config import load_experiment

@@ -63,6 +63,7 @@ class DataConfig:
     # DROID-style action spaces; "" for datasets with one action column. The DROID state is joint
     # positions, so a state row is only meaningful with joint_pos actions (the seed's rule).
     action_space: str = ""  # "" | joint_pos | joint_velocity | cartesian_position | cartesian_velocity
+    latent_cache: str = ""  # a directory from `wamkit data cache-latents`: train on its latents, skip video + VAE
 
     def resolved_path(self) -> Path:
         return Path(expand_env(self.path, "data.path")).expanduser()

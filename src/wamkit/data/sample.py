@@ -19,14 +19,16 @@ from wamkit.errors import DataError
 
 @dataclass
 class TrainingSample:
-    """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool."""
+    """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool;
+    `latents` [C, t, h, w] when the video was tokenized ahead of time (then `video` is None)."""
 
-    video: torch.Tensor
+    video: torch.Tensor | None
     actions: torch.Tensor
     state: torch.Tensor | None
     action_mask: torch.Tensor
     task: str
     domain_id: int
+    latents: torch.Tensor | None = None
 
 
 class SampleTransform:
@@ -68,6 +70,6 @@ class SampleTransform:
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
             first = window.state[0].float()
             state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
-        video = self.canvas(window.video)  # [V, T+1, H, W, 3] -> [T+1, H', W', 3]
-        return TrainingSample(video=video.contiguous(), actions=actions.float(), state=state if state is None
+        video = self.canvas(window.video).contiguous() if window.video is not None else None  # [V,T+1,H,W,3] -> [T+1,H',W',3]
+        return TrainingSample(video=video, actions=actions.float(), state=state if state is None
                               else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)

@@ -20,9 +20,9 @@ from wamkit.errors import DataError
 
 @dataclass
 class Window:
-    """One clip: video [V, T+1, H, W, 3] uint8, state [T+1, Ds] | None, action [T, Da]."""
+    """One clip: video [V, T+1, H, W, 3] uint8 (None when read without video), state [T+1, Ds] | None, action [T, Da]."""
 
-    video: torch.Tensor
+    video: torch.Tensor | None
     state: torch.Tensor | None
     action: torch.Tensor
     task: str
@@ -41,6 +41,7 @@ class WindowDataset(Dataset):
                  camera_keys: Sequence[str] | None = None, state_key: str | None = "observation.state",
                  action_key: str = "action", stride: int = 1, keep_ranges: KeepRanges | None = None,
                  trajectory_key_field: str = ""):
+        self.decode_video = True  # False when the video comes from a latent cache
         if chunk_length < 1 or stride < 1:
             raise DataError("WindowDataset", f"chunk_length={chunk_length}, stride={stride}: both must be >= 1",
                             "set data.chunk_length and data.stride to positive integers")
@@ -104,7 +105,7 @@ class WindowDataset(Dataset):
         keys = [self.action_key] + ([self.state_key] if self.state_key else [])
         cols = self.dataset.episode_columns(ep, keys)
         frames = np.arange(start, start + T + 1)
-        video = np.stack([self.dataset.decode_frames(ep, cam, frames) for cam in self.camera_keys])
+        video = np.stack([self.dataset.decode_frames(ep, cam, frames) for cam in self.camera_keys]) if self.decode_video else None
         state = None
         if self.state_key:
             state = torch.from_numpy(_as_2d(cols[self.state_key][start:start + T + 1]).astype(np.float32))
@@ -112,7 +113,7 @@ class WindowDataset(Dataset):
         self._check_finite(ep, start, self.action_key, action)
         if state is not None:
             self._check_finite(ep, start, self.state_key, state)
-        return Window(video=torch.from_numpy(video), state=state, action=action,
+        return Window(video=torch.from_numpy(video) if video is not None else None, state=state, action=action,
                       task=self.dataset.episode_task(ep), episode_index=ep, start=start)
 
     def _check_finite(self, ep: int, start: int, key: str, values: torch.Tensor) -> None:

@@ -68,10 +68,23 @@ class ModeObjective:
                     latents[i] = encoded[j]
         return latents
 
-    def shift_for(self, video: torch.Tensor) -> float:
+    def shift_for(self, sample) -> float:
         if self.cfg.shift > 0:
             return self.cfg.shift
-        return resolution_shift(video.shape[1], video.shape[2], self.cfg.base_shift, self.cfg.base_resolution)
+        height, width = self.frame_size(sample)
+        return resolution_shift(height, width, self.cfg.base_shift, self.cfg.base_resolution)
+
+    def frame_size(self, sample) -> tuple[int, int]:
+        if sample.video is not None:
+            return sample.video.shape[1], sample.video.shape[2]
+        factor = self.video_tokenizer.spatial_factor  # cached latents: the canvas they were encoded from
+        return sample.latents.shape[-2] * factor, sample.latents.shape[-1] * factor
+
+    def latents_of(self, samples) -> list[torch.Tensor]:
+        """Cached latents where the samples carry them, else tokenize the videos now."""
+        if all(s.latents is not None for s in samples):
+            return [s.latents for s in samples]
+        return self.encode_videos([s.video for s in samples])
 
     def sample_mode(self, generator: torch.Generator) -> str:
         """A fixed mode draws nothing (the generator stream stays the policy-only one); mixed draws
@@ -86,8 +99,8 @@ class ModeObjective:
         if len(generators) != len(samples):
             raise ValueError(f"{len(samples)} samples but {len(generators)} generators")
         device = next(self.model.parameters()).device
-        latents = self.encode_videos([s.video for s in samples])
-        shift = self.shift_for(samples[0].video)
+        latents = self.latents_of(samples)
+        shift = self.shift_for(samples[0])
         sequence, targets = [], []
         self.last_modes = []
         for sample, x0, generator in zip(samples, latents, generators):

@@ -366,7 +366,7 @@ class DistillTrainer:
         if self.step >= cfg.max_iter:
             return self.summary()
         logger = MetricsLogger(self.run_dir, self.step)
-        stream = batch_stream(self.data.train_windows, self.data.transform, self.order, self.consumed, cfg.samples_per_step, 0)
+        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step, 0)
         self.student.train()
         try:
             while self.step < cfg.max_iter:

@@ -15,6 +15,7 @@ from wamkit.data.multi import is_multi_root, open_lerobot
 from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
+from wamkit.train.stream import TransformedWindows
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 
@@ -26,6 +27,18 @@ class RunData:
     val_windows: WindowDataset | None
     transform: SampleTransform
     contract: dict
+
+    def samples(self, split: str, cfg):
+        """The split as a dataset of TrainingSamples: decoded video, or `data.latent_cache` latents."""
+        windows = self.train_windows if split == "train" else self.val_windows
+        if not cfg.data.latent_cache:
+            return TransformedWindows(windows, self.transform)
+        from wamkit.data.latent_cache import CachedWindows, LatentCache
+        from wamkit.train.latents import latent_fingerprint
+
+        cache = LatentCache(expand_env(cfg.data.latent_cache, "data.latent_cache"))
+        cache.check(latent_fingerprint(cfg, self))
+        return CachedWindows(windows, self.transform, cache, split)
 
 
 def open_dataset(cfg) -> LeRobotV3Dataset:

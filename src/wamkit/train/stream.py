@@ -39,7 +39,9 @@ class _RankSlice(Sampler[int]):
             block += self.batch * self.world
 
 
-class _Transformed(Dataset):
+class TransformedWindows(Dataset):
+    """Windows -> TrainingSamples, lazily (runs in DataLoader workers)."""
+
     def __init__(self, windows: Dataset, transform):
         self.windows, self.transform = windows, transform
 
@@ -50,10 +52,10 @@ class _Transformed(Dataset):
         return self.transform(self.windows[i])
 
 
-def batch_stream(windows: Dataset, transform, order: SampleOrder, start: int, batch_size: int, num_workers: int, rank: int = 0, world: int = 1):
+def batch_stream(samples: Dataset, order: SampleOrder, start: int, batch_size: int, num_workers: int, rank: int = 0, world: int = 1):
     """Infinite iterator of lists of TrainingSamples for this rank, from global position `start`."""
     loader = DataLoader(
-        _Transformed(windows, transform), batch_size=batch_size, sampler=_RankSlice(order, start, batch_size, rank, world),
+        samples, batch_size=batch_size, sampler=_RankSlice(order, start, batch_size, rank, world),
         num_workers=num_workers, collate_fn=list, persistent_workers=num_workers > 0,
         prefetch_factor=2 if num_workers > 0 else None,
     )

@@ -172,7 +172,7 @@ class Trainer:
             return self.summary()
         logger = MetricsLogger(self.run_dir, self.step) if main else None
         stream = batch_stream(
-            self.data.train_windows, self.data.transform, self.order, self.consumed, cfg.samples_per_step,
+            self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
             self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size,
         )
         bar = _progress(cfg.max_iter, self.step, cfg.progress_bar and main)
@@ -236,7 +236,8 @@ class Trainer:
         windows = self.data.val_windows
         count = min(self.cfg.trainer.val_samples, len(windows))
         stride = max(1, len(windows) // count)
-        samples = [self.data.transform(windows[i * stride]) for i in range(count)]
+        val_set = self.data.samples("val", self.cfg)
+        samples = [val_set[i * stride] for i in range(count)]
         self.model.eval()
         losses = []
         chunk = self.cfg.trainer.samples_per_step

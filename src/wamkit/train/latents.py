@@ -1,0 +1,70 @@
+"""`wamkit data cache-latents`: tokenize every window of a recipe's dataset once and store the
+latents (see wamkit.data.latent_cache); training with `data.latent_cache` then reads them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from wamkit.data.latent_cache import MANIFEST, shard_path, window_fingerprint
+from wamkit.errors import DataError
+
+
+def latent_fingerprint(cfg, run_data) -> dict:
+    """Everything that decides a window's latents."""
+    return {
+        "dataset": str(run_data.dataset.root.resolve()),
+        "chunk_length": cfg.data.chunk_length,
+        "cameras": run_data.contract["camera_keys"],
+        "canvas": run_data.contract.get("canvas"),
+        "tokenizer": cfg.model.tokenizer,
+        "vae_path": cfg.model.vae_path,
+        "pixel_spatial_factor": cfg.model.pixel_spatial_factor if cfg.model.tokenizer == "pixel" else None,
+        "train_windows": window_fingerprint(run_data.train_windows.index),
+        "val_windows": window_fingerprint(run_data.val_windows.index) if run_data.val_windows is not None else None,
+    }
+
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def cache_latents(cfg, out_dir: str | Path, batch_size: int = 8, dtype: str = "float16") -> Path:
+    """Encode every train/val window's video; written to a temp dir, renamed into place when done."""
+    from wamkit.train.setup import build_run_data, build_tokenizers
+
+    out = Path(out_dir).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise DataError(str(out), "already exists and is not empty", "choose a new directory for the cache")
+    run_data = build_run_data(cfg)
+    tokenizer, _ = build_tokenizers(cfg)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        counts = {}
+        for split, windows in (("train", run_data.train_windows), ("val", run_data.val_windows)):
+            if windows is None:
+                continue
+            for start in range(0, len(windows), batch_size):
+                idx = range(start, min(start + batch_size, len(windows)))
+                videos = torch.stack([run_data.transform(windows[i]).video for i in idx])
+                with torch.no_grad():
+                    latents = tokenizer.encode(videos).to(DTYPES[dtype])
+                for j, i in enumerate(idx):
+                    path = shard_path(tmp, split, i)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    save_file({"latents": latents[j].contiguous()}, str(path))
+            counts[split] = len(windows)
+        (tmp / MANIFEST).write_text(json.dumps({"fingerprint": latent_fingerprint(cfg, run_data), "windows": counts,
+                                                "dtype": dtype}, indent=2))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
