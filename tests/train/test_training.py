@@ -66,3 +66,14 @@ def test_stats_with_zero_range_are_refused_before_training(demo_root, tmp_path):
     (broken / "meta" / "stats.json").write_text(json.dumps(stats))
     proc = run_cli(["train", str(DEMO_RECIPE), *quick_overrides(broken, tmp_path, "zr", 2, 2)], check=False)
     assert proc.returncode == 2 and "stats.json" in proc.stderr and "action" in proc.stderr
+
+
+def test_token_budget_sets_the_samples_per_packed_sequence(demo_root, tmp_path):
+    # demo windows: 32 text (max) + 3 latent frames x 16 patches + 8 actions + 1 state row = 89 tokens
+    args = quick_overrides(demo_root, tmp_path, "budget", 2, 2) + ["--set", "trainer.max_tokens_per_batch=300", "--set", "scheduler.warm_up_steps=[1]"]
+    run_cli(["train", str(DEMO_RECIPE), *args])
+    resolved = json.loads((tmp_path / "budget" / "resolved_config.json").read_text())
+    assert resolved["trainer"]["samples_per_step"] == 3  # floor(300 / 89)
+    small = quick_overrides(demo_root, tmp_path, "tiny_budget", 2, 2) + ["--set", "trainer.max_tokens_per_batch=50", "--set", "scheduler.warm_up_steps=[1]"]
+    proc = run_cli(["train", str(DEMO_RECIPE), *small], check=False)
+    assert proc.returncode == 2 and "trainer.max_tokens_per_batch" in proc.stderr and "89 tokens" in proc.stderr

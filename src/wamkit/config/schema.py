@@ -144,6 +144,7 @@ class SchedulerConfig:
 class TrainerConfig:
     max_iter: int = 1000
     samples_per_step: int = 8  # per-rank micro-batch, packed into one sequence
+    max_tokens_per_batch: int = 0  # > 0: token budget per packed sequence; sets samples_per_step from it
     grad_accum_iter: int = 1
     log_every: int = 10
     val_every: int = 0  # 0 -> no in-loop validation

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 from wamkit.config import ExperimentConfig, config_to_dict, format_config
 from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
-from wamkit.errors import CheckpointError
+from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
@@ -73,6 +73,8 @@ class Trainer:
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
             attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
         )
+        if cfg.trainer.max_tokens_per_batch:
+            cfg.trainer.samples_per_step = self._samples_for_token_budget(cfg.trainer.max_tokens_per_batch)
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.model, cfg.ema.beta, cfg.ema.warmup) if cfg.ema.enabled else None
@@ -80,6 +82,18 @@ class Trainer:
                       if cfg.data.shuffle == "episodes" else SampleOrder(len(self.data.train_windows), cfg.job.seed))
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
+
+    def _samples_for_token_budget(self, budget: int) -> int:
+        """Samples per packed sequence under a token budget. Every window of a dataset has the same
+        canvas and chunk, so its token count is fixed (text counted at its maximum length)."""
+        sample = self.data.samples("train", self.cfg)[0]
+        _, t, h, w = self.objective.latents_of([sample])[0].shape
+        p = self.model.config.latent_patch_size
+        tokens = self.cfg.model.max_text_tokens + t * -(-h // p) * -(-w // p) + sample.actions.shape[0] + (sample.state is not None)
+        if budget < tokens:
+            raise ConfigError("trainer.max_tokens_per_batch", f"{budget} is below one sample's {tokens} tokens",
+                              f"raise it to at least {tokens}, or set it to 0 and use trainer.samples_per_step")
+        return budget // tokens
 
     @property
     def global_micro_batch(self) -> int:
