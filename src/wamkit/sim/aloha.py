@@ -184,12 +184,7 @@ class AlohaTransferCubeEnv(SimEnv):
             from gym_aloha.utils import sample_box_pose
         except ImportError as exc:
             raise SimError(f"sim env {spec.name!r}", f"gym-aloha is not installed ({exc})", ALOHA_INSTALL_HINT) from exc
-        if resolution < 16 or resolution > 480:
-            raise SimError(f"sim env {spec.name!r}: resolution", f"{resolution} is outside [16, 480]",
-                           "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
-        self.spec, self.resolution = spec, int(resolution)
-        self.camera = camera or spec.camera
-        self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
+        self._init_common(spec, resolution, camera, max_episode_steps)
         if self.max_episode_steps < 1:
             raise SimError(f"sim env {spec.name!r}: max_episode_steps", f"is {self.max_episode_steps}", "use >= 1")
         self._mujoco = mujoco
@@ -203,17 +198,7 @@ class AlohaTransferCubeEnv(SimEnv):
         if abs(1.0 / (self._n_sub_steps * model.opt.timestep) - spec.fps) > 1e-6:
             raise SimError(f"sim env {spec.name!r}", f"control frequency is {1.0 / (self._n_sub_steps * model.opt.timestep)}"
                            f" Hz, the registry says {spec.fps}", "update wamkit.sim.aloha for this gym-aloha version")
-        model.vis.quality.shadowsize = 0
-        model.vis.quality.offsamples = 0
-        self._renderer = mujoco.Renderer(model, self.resolution, self.resolution)
-        flags = self._renderer.scene.flags
-        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        try:
-            self._camera_id = model.camera(self.camera).id
-        except KeyError as exc:
-            names = [model.camera(i).name for i in range(model.ncam)]
-            raise SimError(f"sim env {spec.name!r}: camera", f"{self.camera!r} does not exist", f"use one of {names}") from exc
+        self._fast_renderer(mujoco, model)
         self.ik = {side: ArmIK(model, side) for side in ("left", "right")}
         self._box_qadr = model.jnt_qposadr[model.joint("red_box_joint").id]
         self._steps = -1
