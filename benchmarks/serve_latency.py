@@ -35,10 +35,12 @@ def tiny_export(tmp: Path) -> Path:
     return export_run(tmp / "bench", tmp / "export")
 
 
-def random_weight_policy(preset: str, device: str, num_steps: int, image_size: int, compile_layers: bool):
+def random_weight_policy(preset: str, device: str, num_steps: int, compile_layers: bool, text_tokens: int,
+                         cache_text: bool, cuda_graphs: bool):
     """A policy of a preset's real shape with random weights (G1-like contract: chunk 32, 36-D
-    action, 32-D state, 50 fps, 256p tier) and a randomly initialised Wan2.2-layout VAE, in bf16:
-    what latency at Nano width needs without downloading weights."""
+    action, 32-D state, 50 fps, 256p tier, `text_tokens` prompt tokens — the reference G1 shape has
+    256) and a randomly initialised Wan2.2-layout VAE, in bf16: what latency at Nano width needs
+    without downloading weights."""
     import torch
     from diffusers import AutoencoderKLWan
 
@@ -61,14 +63,15 @@ def random_weight_policy(preset: str, device: str, num_steps: int, image_size: i
     state_bounds = {"min": np.full(32, -1.0), "max": np.full(32, 1.0)}
     contract = {
         "fps": 50.0, "chunk_length": 32, "camera_keys": ["observation.images.ego_view"], "action_dim": 36, "state_dim": 32,
-        "use_state": True, "max_action_dim": 36, "domain_id": 24, "domain_name": "g1_simple", "prompt_template": "{task}",
+        "use_state": True, "max_action_dim": 36, "domain_id": 24, "domain_name": "g1_simple",
+        "prompt_template": "{task} " + "." * text_tokens,  # padded; the tokenizer truncates to text_tokens
         "action_normalizer": Normalizer.from_stats({"action": bounds}, "action", "minmax").state_dict(),
         "state_normalizer": Normalizer.from_stats({"observation.state": state_bounds}, "observation.state", "minmax").state_dict(),
         "canvas": {"camera_layout": "side_by_side", "resolution": 256, "wrist_index": 0},
     }
-    loaded = LoadedModel(model=model, video_tokenizer=WanTokenizer(vae), text_tokenizer=ByteTokenizer(64), contract=contract,
+    loaded = LoadedModel(model=model, video_tokenizer=WanTokenizer(vae), text_tokenizer=ByteTokenizer(text_tokens), contract=contract,
                          model_info={"preset": preset}, diffusion={"shift": 5.0}, source={"weights": "random"})
-    return Policy(loaded, num_steps=num_steps)
+    return Policy(loaded, num_steps=num_steps, cache_text=cache_text, cuda_graphs=cuda_graphs and device.startswith("cuda"))
 
 
 class _Client:
@@ -99,9 +102,12 @@ class _Client:
             self.close = self._ws.close
 
 
-def observation(meta: dict, rng: np.random.Generator, size: int) -> dict:
+PROMPT = "move to the green target"
+
+
+def observation(meta: dict, rng: np.random.Generator, size: int, prompt: str = PROMPT) -> dict:
     images = {cam: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for cam in meta["camera_keys"]}
-    return {"images": images, "state": rng.uniform(0.2, 0.8, meta["state_dim"]), "prompt": "move to the green target"}
+    return {"images": images, "state": rng.uniform(0.2, 0.8, meta["state_dim"]), "prompt": prompt}
 
 
 def measure(port: int, clients: int, requests: int, size: int) -> tuple[list[float], list[int]]:
@@ -133,6 +139,77 @@ def measure(port: int, clients: int, requests: int, size: int) -> tuple[list[flo
     return latencies, batch_sizes
 
 
+class _PhaseTimer:
+    """Wall time of the tokenizer encode and of each transformer forward inside Policy.predict,
+    synchronising the device around each so the phases add up (benchmark-only instrumentation)."""
+
+    def __init__(self, policy):
+        import torch
+
+        self.sync = torch.cuda.synchronize if next(policy.model.parameters()).is_cuda else (lambda: None)
+        self.totals: dict[str, list[float]] = {"encode": [], "forward": []}
+        self._wrap(policy.video_tokenizer, "encode", "encode")
+        self._wrap(policy.model, "forward", "forward")
+
+    def _wrap(self, owner, method: str, phase: str) -> None:
+        inner = getattr(owner, method)
+
+        def timed(*args, **kwargs):
+            self.sync()
+            start = time.perf_counter()
+            out = inner(*args, **kwargs)
+            self.sync()
+            self.totals[phase].append((time.perf_counter() - start) * 1e3)
+            return out
+
+        setattr(owner, method, timed)
+
+
+def profile_predict(policy, size: int, requests: int, warmup: int) -> None:
+    """Where one chunk's time goes (no server): encode, the denoising forwards, and the rest
+    (packing, masks, normalisation, host<->device copies), plus the top GPU kernels."""
+    import torch
+
+    meta = {"camera_keys": policy.camera_keys, "state_dim": policy.state_dim}
+    rng = np.random.default_rng(0)
+    obs = [observation(meta, rng, size) for _ in range(requests + warmup)]
+
+    def as_policy_obs(o):
+        return {"image": np.stack(list(o["images"].values())), "state": o["state"], "prompt": o["prompt"]}
+
+    for o in obs[:warmup]:
+        policy.predict([as_policy_obs(o)])
+    timer = _PhaseTimer(policy)
+    totals = []
+    for o in obs[warmup:]:
+        timer.sync()
+        start = time.perf_counter()
+        policy.predict([as_policy_obs(o)])
+        timer.sync()
+        totals.append((time.perf_counter() - start) * 1e3)
+    n = len(totals)
+    encode, forward = sum(timer.totals["encode"]) / n, sum(timer.totals["forward"]) / n
+    if policy.graphs is not None:  # same seed through the plain decoder stack: the graphs must not change the result
+        fast = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
+        policy.graphs.remove()
+        plain = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
+        print(f"CUDA graphs captured: {policy.graphs.captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
+              f" (normalized actions, std {float(plain.std()):.3g})")
+    total = float(np.median(totals))
+    print(f"\n| phase (mean per chunk, {n} chunks) | ms |\n| --- | ---: |")
+    print(f"| tokenizer encode | {encode:.1f} |")
+    print(f"| transformer forwards ({len(timer.totals['forward']) // n} per chunk) | {forward:.1f} |")
+    print(f"| everything else | {float(np.mean(totals)) - encode - forward:.1f} |")
+    print(f"| total (median) | {total:.1f} |")
+    if torch.cuda.is_available() and next(policy.model.parameters()).is_cuda:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for o in obs[warmup: warmup + 3]:
+                policy.predict([as_policy_obs(o)])
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", help="export (or run) directory; default: train + export the tiny demo policy")
@@ -145,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--random-preset", help="random-weight model of this preset (e.g. nano) with a Wan2.2-layout VAE, bf16")
     parser.add_argument("--compile", action="store_true", help="torch.compile the decoder layers (with --random-preset)")
+    parser.add_argument("--text-tokens", type=int, default=256, help="prompt tokens of the --random-preset policy")
+    parser.add_argument("--no-text-cache", action="store_true", help="run the text pathway at every denoising step")
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="launch the decoder stack kernel by kernel")
+    parser.add_argument("--profile", action="store_true", help="time the phases of Policy.predict (no server) and list the top kernels")
     args = parser.parse_args(argv)
 
     from wamkit.serve import PolicyServer, load_policy
@@ -152,10 +233,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.random_preset:
             path = f"random {args.random_preset}"
-            policy = random_weight_policy(args.random_preset, args.device, args.num_steps, args.image_size, args.compile)
+            policy = random_weight_policy(args.random_preset, args.device, args.num_steps, args.compile, args.text_tokens,
+                                          not args.no_text_cache, not args.no_cuda_graphs)
         else:
             path = Path(args.export) if args.export else tiny_export(Path(tmp))
             policy = load_policy(path, device=args.device, num_steps=args.num_steps)
+            policy.cache_text = not args.no_text_cache
+            if args.no_cuda_graphs and policy.graphs is not None:
+                policy.graphs.remove()
+                policy.graphs = None
+        if args.profile:
+            profile_predict(policy, args.image_size, args.requests, args.warmup)
+            return 0
         server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
                               batch_window_ms=args.batch_window_ms).start_in_thread()
         try:
@@ -171,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             server.join(30)
     meta_line = (f"model: {path if args.export or args.random_preset else 'tiny demo export'}, device {args.device}, "
                  f"denoising steps {args.num_steps}, chunk {policy.chunk_length}x{policy.action_dim}, "
-                 f"image {args.image_size}x{args.image_size}, batch window {args.batch_window_ms} ms")
+                 f"image {args.image_size}x{args.image_size}, batch window {args.batch_window_ms} ms, "
+                 f"text cache {'on' if policy.cache_text else 'off'}, CUDA graphs {'on' if policy.graphs else 'off'}")
     print(meta_line + "\n")
     print("| clients | requests | denoising steps | p50 ms/chunk | p99 ms/chunk | mean batch | chunks/s |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -109,7 +109,7 @@ def real_model():
 def _sample(model, observations, generator, **kw):
     return sample_policy(model, install_packed_attention(model), PixelTokenizer(8), ByteTokenizer(32), observations,
                          num_steps=kw.get("num_steps", 4), shift=kw.get("shift", 2.0), generator=generator, fps=10.0,
-                         guidance=kw.get("guidance", 1.0))
+                         guidance=kw.get("guidance", 1.0), cache_text=kw.get("cache_text", True))
 
 
 def test_batch_equals_one_at_a_time_with_per_sample_generators(real_model):
@@ -138,6 +138,29 @@ def test_guidance_changes_the_result_and_seeds_reproduce(real_model):
     c = _sample(real_model, obs, torch.Generator().manual_seed(3), guidance=4.0)
     torch.testing.assert_close(a, b)
     assert not torch.allclose(a, c)
+
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0])
+def test_text_kv_cache_is_exact_and_skips_the_text_after_step_one(real_model, guidance):
+    observations = [_obs(i, prompt="p" * (3 + 5 * i)) for i in range(2)]  # different text lengths
+    und_lens = []
+    real_forward = real_model.forward
+
+    def spy(**kw):
+        und_lens.append(kw["und_len"])
+        return real_forward(**kw)
+
+    real_model.forward = spy
+    try:
+        cached = _sample(real_model, observations, torch.Generator().manual_seed(7), guidance=guidance)
+        steps_cached = list(und_lens)
+        und_lens.clear()
+        plain = _sample(real_model, observations, torch.Generator().manual_seed(7), guidance=guidance, cache_text=False)
+    finally:
+        del real_model.forward
+    torch.testing.assert_close(cached, plain, atol=1e-6, rtol=1e-5)
+    assert steps_cached[0] > 0 and steps_cached[1:] == [0, 0, 0]  # text tokens only in the recording step
+    assert und_lens == [steps_cached[0]] * 4
 
 
 def test_bad_inputs_are_rejected(real_model):

@@ -4,7 +4,8 @@ The training objective noises x_s = s*eps + (1-s)*x0 and the transformer predict
 integrating dx/ds = v from s = 1 (pure noise) to s = 0 recovers x0; an Euler step from s_i to
 s_{i+1} is x += (s_{i+1} - s_i) * v. As in training, latent frame 0 (the observed frame) and the
 state row are clean; future video latents and the T action rows start from noise. Every sample of
-a step (and, with guidance, its unconditional twin) goes through ONE packed forward."""
+a step (and, with guidance, its unconditional twin) goes through ONE packed forward, laid out once
+per call."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.diffusion.flow import shift_sigma
-from wamkit.model.packing import SequenceSample, pack_samples, packed_layout
+from wamkit.model.denoise import DenoisingForward
+from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import latent_frames
 
 
@@ -71,7 +73,7 @@ def _generators(generator, n: int) -> list[torch.Generator]:
 def sample_policy(
     model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
-    uncond_prompt: str = "",
+    uncond_prompt: str = "", cache_text: bool = True,
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -79,7 +81,8 @@ def sample_policy(
     `generator` is one generator (noise is drawn sample after sample, so calling once per sample
     with the same generator object gives the same noise) or one generator per observation.
     `guidance` > 1 mixes in an unconditional prediction (prompt `uncond_prompt`), packed in the
-    same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off."""
+    same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off. `cache_text` computes the text
+    pathway once per call instead of once per step (exact; see wamkit.model.denoise)."""
     max_action_dim = int(model.config.action_dim)
     _check_inputs(observations, max_action_dim)
     if len({o.chunk_length for o in observations}) > 1:
@@ -115,29 +118,25 @@ def sample_policy(
     texts = [text_tokenizer.encode(o.prompt) for o in observations]
     uncond_text = text_tokenizer.encode(uncond_prompt) if use_cfg else None
 
-    for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
-        seqs = []
-        for i, obs in enumerate(observations):
-            seqs.append(_sequence(texts[i], videos[i], rows[i], clean_rows[i], sigma, obs, fps, dtype))
-        if use_cfg:
-            for i, obs in enumerate(observations):
-                seqs.append(_sequence(uncond_text, videos[i], rows[i], clean_rows[i], sigma, obs, fps, dtype))
-        batch = pack_samples(seqs, model.config)
-        with packed_layout(processor, batch):
-            out = model(**batch.forward_kwargs)
-        dt = sigma_next - sigma
-        n = len(observations)
-        for i in range(n):
-            v_video = out.sample[i][0].float()
-            v_action = out.action[i].float()
-            if use_cfg:
-                v_video = out.sample[n + i][0].float() + guidance * (v_video - out.sample[n + i][0].float())
-                v_action = out.action[n + i].float() + guidance * (v_action - out.action[n + i].float())
-            videos[i] = videos[i] + dt * v_video
-            videos[i][:, 0] = x0_frames[i]
-            rows[i] = (rows[i] + dt * v_action) * masks[i]
-            if clean_rows[i]:
-                rows[i][0] = observations[i].state.to(device=device, dtype=rows[i].dtype)
+    seqs = [_sequence(texts[i], videos[i], rows[i], clean_rows[i], 1.0, obs, fps, dtype) for i, obs in enumerate(observations)]
+    if use_cfg:
+        seqs += [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], 1.0, obs, fps, dtype) for i, obs in enumerate(observations)]
+    n = len(observations)
+    with DenoisingForward(model, processor, seqs, cache_text=cache_text) as forward:
+        for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
+            out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
+            dt = sigma_next - sigma
+            for i in range(n):
+                v_video = out.sample[i][0].float()
+                v_action = out.action[i].float()
+                if use_cfg:
+                    v_video = out.sample[n + i][0].float() + guidance * (v_video - out.sample[n + i][0].float())
+                    v_action = out.action[n + i].float() + guidance * (v_action - out.action[n + i].float())
+                videos[i] = videos[i] + dt * v_video
+                videos[i][:, 0] = x0_frames[i]
+                rows[i] = (rows[i] + dt * v_action) * masks[i]
+                if clean_rows[i]:
+                    rows[i][0] = observations[i].state.to(device=device, dtype=rows[i].dtype)
 
     first = 1 if observations[0].state is not None else 0
     return torch.stack([r[first:] for r in rows])

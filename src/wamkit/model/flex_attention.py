@@ -3,6 +3,8 @@ flex-attention block masks so fully masked tiles are skipped instead of computed
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -20,12 +22,33 @@ def _flex():
 
 
 class FlexPackedAttention(PackedAttention):
-    def __init__(self, compiled: bool = True):
+    def __init__(self, compiled: bool = True, max_cached_layouts: int = 16):
         super().__init__()
         self.compiled = compiled
         self.und_block = self.gen_block = None
+        # Block masks by layout key: building one costs milliseconds, and a server sees the same few
+        # layouts over and over (and CUDA graphs need the very same mask tensors on every replay).
+        self._blocks: OrderedDict[tuple, tuple] = OrderedDict()
+        self.max_cached_layouts = max_cached_layouts
 
     def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
+        key = self.layout_key
+        if key and key in self._blocks:
+            self._blocks.move_to_end(key)
+            self.und_block, self.gen_block = self._blocks[key]
+        else:
+            self.und_block, self.gen_block = self._block_masks(und_ids, gen_ids, gen_chunk_ids)
+            if key:
+                self._blocks[key] = (self.und_block, self.gen_block)
+                while len(self._blocks) > self.max_cached_layouts:
+                    self._blocks.popitem(last=False)
+        self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
+
+    def captured_state(self) -> tuple:
+        return self.und_block, self.gen_block, list(self._kv_buffers)
+
+    @staticmethod
+    def _block_masks(und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None):
         kv_ids = torch.cat([und_ids, gen_ids])
         kv_chunks = None if gen_chunk_ids is None else torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids])
 
@@ -38,9 +61,8 @@ class FlexPackedAttention(PackedAttention):
             return (gen_ids[q] == kv_ids[kv]) & (kv_chunks[kv] <= gen_chunk_ids[q])  # block-causal
 
         n_und, n_gen, device = len(und_ids), len(gen_ids), und_ids.device
-        self.und_block = create_block_mask(und_mask, None, None, n_und, n_und, device=device)
-        self.gen_block = create_block_mask(gen_mask, None, None, n_gen, n_und + n_gen, device=device)
-        self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
+        return (create_block_mask(und_mask, None, None, n_und, n_und, device=device),
+                create_block_mask(gen_mask, None, None, n_gen, n_und + n_gen, device=device))
 
     def clear(self) -> None:
         super().clear()

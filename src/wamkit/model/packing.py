@@ -60,6 +60,7 @@ class PackedBatch:
     vision_noisy_frames: list[list[int]] = field(default_factory=list)
     action_noisy_rows: list[list[int]] = field(default_factory=list)
     gen_chunk_ids: torch.Tensor | None = None  # [sequence_length - und_len]; None = bidirectional
+    layout_key: tuple = ()  # equal keys <=> equal positions, indexes and masks
 
 
 def text_positions(num_tokens: int) -> torch.Tensor:
@@ -169,7 +170,14 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
         vision_noisy_frames=[v.tolist() for v in vision_noisy],
         action_noisy_rows=[a.tolist() for a in action_noisy],
         gen_chunk_ids=torch.cat(chunk_ids).to(device) if any(s.causal_chunk_frames > 0 for s in samples) else None,
+        layout_key=(str(device), *(_layout_of(s) for s in samples)),
     )
+
+
+def _layout_of(s: SequenceSample) -> tuple:
+    n_act = None if s.actions is None else s.actions.shape[0]
+    return (len(s.text_ids), tuple(s.video.shape[1:]), n_act, s.causal_chunk_frames, s.action_start_frame, s.fps,
+            tuple(s.clean_video_frames), tuple(s.clean_action_rows))
 
 
 class PackedAttention:
@@ -179,6 +187,14 @@ class PackedAttention:
     def __init__(self):
         self.und_mask: torch.Tensor | None = None
         self.gen_mask: torch.Tensor | None = None
+        # Text K/V cache for repeated denoising forwards (see wamkit.model.denoise): "off", "record"
+        # (full sequence; each layer's text K/V is copied into a persistent buffer) or "replay" (the
+        # sequence holds generation tokens only; text K/V come from the buffers, layer by layer).
+        self.text_cache, self.text_cache_owner = "off", None
+        self._kv_sets: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # one set per text length
+        self._kv_buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._layer_cursor = 0
+        self.layout_key: tuple | None = None  # set by packed_layout; identifies the masks (CUDA graph key)
 
     def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
         same_und = und_ids[:, None] == und_ids[None, :]
@@ -192,25 +208,72 @@ class PackedAttention:
     def clear(self) -> None:
         self.und_mask = self.gen_mask = None
 
+    def start_text_cache(self, owner, record: bool, text_length: int) -> None:
+        """Before each forward of a cached loop: `record` runs the full sequence and fills the
+        buffers; otherwise the forward carries no text tokens and replays them."""
+        self.text_cache, self.text_cache_owner = ("record" if record else "replay"), owner
+        self._kv_buffers = self._kv_sets.setdefault(int(text_length), [])
+        self.rewind_text_cache()
+
+    def rewind_text_cache(self) -> None:
+        """Back to layer 0 (a forward visits the layers in order)."""
+        self._layer_cursor = 0
+
+    def captured_state(self) -> tuple:
+        """Everything a captured forward reads by address: must outlive the graph."""
+        return self.und_mask, self.gen_mask, list(self._kv_buffers)
+
+    def stop_text_cache(self) -> None:
+        """Back to plain forwards. The buffers keep the owner's K/V: if it comes back before anyone
+        records over them, it replays without recording again."""
+        self.text_cache = "off"
+
     def __call__(self, attn, und_seq, gen_seq, rotary_emb):
         if self.und_mask is None:
             raise RuntimeError("PackedAttention has no layout: run the forward inside `packed_layout(...)`")
         heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
-        q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, d))
-        k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
-        v_und = attn.to_v(und_seq).view(-1, kv_heads, d)
-        k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
         q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, d))
         k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
-
         cos_und, sin_und, cos_gen, sin_gen = (r.unsqueeze(1) for r in rotary_emb)
-        q_und, k_und, k_und_for_gen = (_rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
         q_gen, k_gen = (_rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
 
-        und_out = self.attend(q_und, k_und, v_und, "und")
+        if self.text_cache == "replay":
+            und_out = und_seq.new_zeros((0, heads * d))
+            k_und_for_gen, v_und = self._next_text_kv()
+        else:
+            q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, d))
+            k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
+            v_und = attn.to_v(und_seq).view(-1, kv_heads, d)
+            k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+            q_und, k_und, k_und_for_gen = (_rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
+            und_out = self.attend(q_und, k_und, v_und, "und")
+            if self.text_cache == "record":
+                k_und_for_gen, v_und = self._record_text_kv(k_und_for_gen, v_und)
+
         gen_out = self.attend(q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), "gen")
         return attn.to_out(und_out), attn.to_add_out(gen_out)
+
+    def _record_text_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copy into this layer's persistent buffers (stable addresses, so captured CUDA graphs that
+        read them stay valid from one request to the next)."""
+        i = self._layer_cursor
+        self._layer_cursor += 1
+        if i == len(self._kv_buffers):
+            self._kv_buffers.append((torch.empty_like(k), torch.empty_like(v)))
+        kb, vb = self._kv_buffers[i]
+        if kb.shape != k.shape or kb.dtype != k.dtype or kb.device != k.device:
+            self._kv_buffers[i] = kb, vb = torch.empty_like(k), torch.empty_like(v)
+        kb.copy_(k)
+        vb.copy_(v)
+        return kb, vb
+
+    def _next_text_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        i = self._layer_cursor
+        self._layer_cursor += 1
+        if i >= len(self._kv_buffers):
+            raise RuntimeError("text K/V replay without a recorded forward: run one step with record=True first")
+        return self._kv_buffers[i]
 
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
         """[N, H, D] tensors -> [N, H*D]; dense boolean masks through SDPA (the CPU/test path)."""
@@ -247,6 +310,7 @@ def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
 
 @contextmanager
 def packed_layout(processor: PackedAttention, batch: PackedBatch):
+    processor.layout_key = batch.layout_key
     if batch.gen_chunk_ids is None:
         processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids)
     else:
@@ -255,3 +319,4 @@ def packed_layout(processor: PackedAttention, batch: PackedBatch):
         yield
     finally:
         processor.clear()
+        processor.layout_key = None

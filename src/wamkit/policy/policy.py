@@ -15,6 +15,7 @@ import torch
 from wamkit.data.canvas import compose_canvas
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
+from wamkit.model.cuda_graphs import DecoderStackGraphs
 from wamkit.model.packing import install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
@@ -25,12 +26,19 @@ class PolicyInputError(WamkitError, ValueError):
 
 
 class Policy(ContractModel):
-    def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto"):
+    def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto",
+                 cache_text: bool = True, cuda_graphs: bool | None = None):
+        """`cache_text`: compute the text pathway once per chunk instead of once per denoising step
+        (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack from CUDA
+        graphs captured per layout (the first request of each new shape pays the capture)."""
         self._init_contract(loaded)
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
+        self.cache_text = bool(cache_text)
         device = next(self.model.parameters()).device
         self.processor = install_packed_attention(self.model, ("flex" if device.type == "cuda" else "sdpa") if attention == "auto" else attention)
+        use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
+        self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -121,15 +129,18 @@ class Policy(ContractModel):
     def predict_normalized(self, observations: list[Mapping], seed: int | torch.Generator = 0,
                            num_steps: int | None = None, guidance: float | None = None) -> torch.Tensor:
         """Normalized actions [B, T, max_action_dim] (padded channels zero)."""
-        inputs = self.prepare(observations)
+        generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
+        return self.sample(self.prepare(observations), generator, num_steps, guidance)
+
+    def sample(self, inputs: list[PolicyInput], generator, num_steps: int | None = None, guidance: float | None = None) -> torch.Tensor:
+        """Normalized actions for prepared inputs of one frame size (one packed sampling call)."""
         shifts = {self.shift_for(x.frame) for x in inputs}
         if len(shifts) > 1:
             raise PolicyInputError("observations", "images of different sizes in one call", "predict each size separately")
-        generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
         return sample_policy(
             self.model, self.processor, self.video_tokenizer, self.text_tokenizer, inputs,
             num_steps=num_steps or self.num_steps, shift=shifts.pop(), generator=generator, fps=self.fps,
-            guidance=self.guidance if guidance is None else guidance,
+            guidance=self.guidance if guidance is None else guidance, cache_text=self.cache_text,
         )
 
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,

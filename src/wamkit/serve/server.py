@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from wamkit.diffusion.sampling import sample_policy
 from wamkit.errors import WamkitError
 from wamkit.policy.policy import Policy, PolicyInputError
 from wamkit.serve.protocol import ProtocolError, error_text, packb, unpackb
@@ -139,14 +138,10 @@ def predict_batch(policy: Policy, observations: list[dict], seeds: list[int], nu
         except PolicyInputError as exc:
             results[i] = _rename(exc)
             continue
-        groups.setdefault((tuple(inp.frame.shape), policy.shift_for(inp.frame)), []).append((i, inp))
-    for (_, shift), members in groups.items():
+        groups.setdefault(tuple(inp.frame.shape), []).append((i, inp))
+    for members in groups.values():
         try:
-            normalized = sample_policy(
-                policy.model, policy.processor, policy.video_tokenizer, policy.text_tokenizer, [inp for _, inp in members],
-                num_steps=num_steps or policy.num_steps, shift=shift, fps=policy.fps, guidance=policy.guidance,
-                generator=[torch.Generator().manual_seed(seeds[i]) for i, _ in members],
-            )
+            normalized = policy.sample([inp for _, inp in members], [torch.Generator().manual_seed(seeds[i]) for i, _ in members], num_steps)
             raw = policy.action_normalizer.denormalize(normalized[..., : policy.action_dim].double().cpu())
             for (i, _), chunk in zip(members, raw):
                 results[i] = chunk.numpy().astype(np.float32)

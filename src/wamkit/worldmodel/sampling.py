@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from wamkit.diffusion.sampling import _generators, sigma_schedule
-from wamkit.model.packing import SequenceSample, pack_samples, packed_layout
+from wamkit.model.denoise import DenoisingForward
+from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
 
 SOLVERS = ("euler", "unipc")
@@ -74,7 +75,7 @@ def sample_video(
     states: torch.Tensor | None, num_steps: int, shift: float, guidance: float = 1.0,
     guidance_interval: Sequence[float] = (0.0, 1.0), generator: torch.Generator | list[torch.Generator] | None = None,
     fps: float = 10.0, solver: str = "euler", prompts: Sequence[str] | None = None, domain_id: int = 0,
-    uncond_prompt: str = "", return_latents: bool = False,
+    uncond_prompt: str = "", return_latents: bool = False, cache_text: bool = True,
 ):
     """Generate T future frames per sample; returns decoded uint8 video [B, T+1, H, W, 3] (frame 0 is
     the tokenizer's reconstruction of the observed frame), or (video, latents) with `return_latents`.
@@ -82,7 +83,8 @@ def sample_video(
     first_frames: uint8 [B, H, W, 3] (cameras tiled along W); actions: normalized, padded
     [B, T, max_action_dim]; states: normalized, padded [B, max_action_dim] or None (no state row);
     prompts: the text exactly as the model sees it (default: empty prompts). `generator`: one
-    generator (noise drawn sample after sample) or one per sample."""
+    generator (noise drawn sample after sample) or one per sample. `cache_text`: the text pathway
+    runs once per layout instead of once per step (exact; wamkit.model.denoise)."""
     max_action_dim = int(model.config.action_dim)
     b = int(first_frames.shape[0]) if first_frames.ndim == 4 else 0
     prompts = list(prompts) if prompts is not None else [""] * b
@@ -117,16 +119,14 @@ def sample_video(
     schedulers = _unipc_schedulers(b, sigmas) if solver == "unipc" else None
     step_sigmas = [float(s) for s in schedulers[0].sigmas] if schedulers else sigmas
 
+    seqs = [_sequence(texts[i], videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
+    uncond = [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
+    plain = DenoisingForward(model, processor, seqs, cache_text)
+    guided = DenoisingForward(model, processor, seqs + uncond, cache_text) if float(guidance) != 1.0 else None
     for k, (sigma, sigma_next) in enumerate(zip(step_sigmas[:-1], step_sigmas[1:])):
-        use_cfg = float(guidance) != 1.0 and lo <= sigma <= hi
-        seqs = [_sequence(texts[i], videos[i], rows[i], clean_rows[i], sigma, domain_id, fps, dtype, states is not None)
-                for i in range(b)]
-        if use_cfg:
-            seqs += [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], sigma, domain_id, fps, dtype, states is not None)
-                     for i in range(b)]
-        batch = pack_samples(seqs, model.config)
-        with packed_layout(processor, batch):
-            out = model(**batch.forward_kwargs)
+        use_cfg = guided is not None and lo <= sigma <= hi
+        with guided if use_cfg else plain as forward:  # the two layouts take turns on the text K/V cache
+            out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
         for i in range(b):
             v = out.sample[i][0].float()
             if use_cfg:

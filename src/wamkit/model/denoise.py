@@ -1,0 +1,71 @@
+"""The repeated transformer forwards of one sampling call, done once instead of once per step.
+
+Across the denoising steps of one call only the noisy values and the noise level change: the packed
+layout (positions, indexes, attention masks) is the same, so it is built and installed once. And
+the text pathway is causal over text alone, so its keys and values are identical at every step:
+with `cache_text`, step 1 runs the full sequence and records each layer's text K/V; later steps run
+only the generation tokens against the recorded K/V. Both are exact rewrites of the plain loop."""
+
+from __future__ import annotations
+
+import torch
+
+from wamkit.model.packing import PackedAttention, SequenceSample, pack_samples, packed_layout
+
+_SHIFTED_INDEXES = ("vision_sequence_indexes", "vision_mse_loss_indexes", "action_sequence_indexes", "action_mse_loss_indexes")
+
+
+def without_text(forward_kwargs: dict) -> dict:
+    """The forward kwargs of the same packed sequence minus its text tokens (the text prefix is
+    served from the K/V cache): sequence indexes shift left by the text length."""
+    und_len = int(forward_kwargs["und_len"])
+    out = dict(forward_kwargs)
+    out.update(
+        input_ids=forward_kwargs["input_ids"][:0], text_indexes=forward_kwargs["text_indexes"][:0],
+        position_ids=forward_kwargs["position_ids"][:, und_len:], und_len=0,
+        sequence_length=int(forward_kwargs["sequence_length"]) - und_len,
+    )
+    for key in _SHIFTED_INDEXES:
+        if key in forward_kwargs:
+            out[key] = forward_kwargs[key] - und_len
+    return out
+
+
+class DenoisingForward:
+    """Use as a context manager around the step loop; call it once per step with the current
+    noisy tensors of every packed sample (in the order of `samples`).
+
+    `samples` fixes the layout (their values and sigma are placeholders). Text caching needs the
+    processor to be wamkit's PackedAttention (or its flex subclass); any other processor runs the
+    full sequence every step."""
+
+    def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True):
+        self.model, self.processor = model, processor
+        self.batch = pack_samples(samples, model.config)
+        self.dtype = next(model.parameters()).dtype
+        self.cache_text = cache_text and isinstance(processor, PackedAttention) and self.batch.forward_kwargs["und_len"] > 0
+        self._text_kwargs = without_text(self.batch.forward_kwargs) if self.cache_text else None
+        self._layout = None
+
+    def __enter__(self) -> "DenoisingForward":
+        self._layout = packed_layout(self.processor, self.batch)
+        self._layout.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if isinstance(self.processor, PackedAttention):
+            self.processor.stop_text_cache()
+        self._layout.__exit__(*exc)
+
+    def __call__(self, videos: list[torch.Tensor], actions: list[torch.Tensor] | None, sigma: float):
+        """One forward at noise level `sigma` (the same for every noisy token of the batch)."""
+        replay = self.cache_text and self.processor.text_cache_owner is self
+        kwargs = dict(self._text_kwargs if replay else self.batch.forward_kwargs)
+        kwargs["vision_tokens"] = [v.to(self.dtype).unsqueeze(0) for v in videos]
+        kwargs["vision_timesteps"] = torch.full_like(kwargs["vision_timesteps"], float(sigma) * 1000.0)
+        if actions is not None:
+            kwargs["action_tokens"] = [a.to(self.dtype) for a in actions]
+            kwargs["action_timesteps"] = torch.full_like(kwargs["action_timesteps"], float(sigma) * 1000.0)
+        if self.cache_text:
+            self.processor.start_text_cache(self, record=not replay, text_length=self.batch.forward_kwargs["und_len"])
+        return self.model(**kwargs)
