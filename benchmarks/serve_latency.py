@@ -191,9 +191,10 @@ def profile_predict(policy, size: int, requests: int, warmup: int) -> None:
     encode, forward = sum(timer.totals["encode"]) / n, sum(timer.totals["forward"]) / n
     if policy.graphs is not None:  # same seed through the plain decoder stack: the graphs must not change the result
         fast = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
-        policy.graphs.remove()
+        captures = policy.graphs.captures
+        policy.disable_cuda_graphs()
         plain = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
-        print(f"CUDA graphs captured: {policy.graphs.captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
+        print(f"decoder-stack CUDA graphs captured: {captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
               f" (normalized actions, std {float(plain.std()):.3g})")
     total = float(np.median(totals))
     print(f"\n| phase (mean per chunk, {n} chunks) | ms |\n| --- | ---: |")
@@ -239,18 +240,19 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(args.export) if args.export else tiny_export(Path(tmp))
             policy = load_policy(path, device=args.device, num_steps=args.num_steps)
             policy.cache_text = not args.no_text_cache
-            if args.no_cuda_graphs and policy.graphs is not None:
-                policy.graphs.remove()
-                policy.graphs = None
+            if args.no_cuda_graphs:
+                policy.disable_cuda_graphs()
         if args.profile:
             profile_predict(policy, args.image_size, args.requests, args.warmup)
             return 0
         server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
                               batch_window_ms=args.batch_window_ms).start_in_thread()
         try:
-            measure(server.port, 1, args.warmup, args.image_size)
+            levels = [int(c) for c in args.clients.split(",")]
+            for clients in levels:  # every batch shape is compiled / captured before timing starts
+                measure(server.port, clients, args.warmup, args.image_size)
             rows = []
-            for clients in (int(c) for c in args.clients.split(",")):
+            for clients in levels:
                 t0 = time.perf_counter()
                 lat, sizes = measure(server.port, clients, args.requests, args.image_size)
                 wall = time.perf_counter() - t0

@@ -77,6 +77,17 @@ class WanTokenizer:
         self.spatial_factor = int(cfg.scale_factor_spatial)
         self.mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1)
         self.std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1)
+        self._graphs = None
+
+    def enable_cuda_graphs(self) -> None:
+        """Replay CUDA encodes from graphs captured per input shape: a policy encodes one frame per
+        request, hundreds of small kernels that take longer to launch than to run."""
+        from wamkit.model.cuda_graphs import GraphCache
+
+        self._graphs = GraphCache()
+
+    def disable_cuda_graphs(self) -> None:
+        self._graphs = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "WanTokenizer":
@@ -95,8 +106,15 @@ class WanTokenizer:
         latent_frames(video.shape[1])
         param = next(self.vae.parameters())
         x = _to_unit_range(video).to(device=param.device, dtype=param.dtype)
-        z = self.vae.encode(x).latent_dist.mode().float()
+        if self._graphs is not None and x.is_cuda:
+            z = self._graphs.run(("encode", tuple(x.shape), x.dtype), self._encode_mode, [x])
+        else:
+            z = self._encode_mode([x])
+        z = z.float()
         return (z - self.mean.to(z.device)) / self.std.to(z.device)
+
+    def _encode_mode(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        return self.vae.encode(inputs[0]).latent_dist.mode()
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,8 @@ class Policy(ContractModel):
         self.processor = install_packed_attention(self.model, ("flex" if device.type == "cuda" else "sdpa") if attention == "auto" else attention)
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
+        if use_graphs and hasattr(self.video_tokenizer, "enable_cuda_graphs"):
+            self.video_tokenizer.enable_cuda_graphs()
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -56,6 +58,14 @@ class Policy(ContractModel):
     def shift_for(self, frame: torch.Tensor) -> float:
         """The same noise shift that training used for this frame size."""
         return self.training_shift(frame.shape[0], frame.shape[1])
+
+    def disable_cuda_graphs(self) -> None:
+        """Back to kernel-by-kernel launches (frees every captured graph)."""
+        if self.graphs is not None:
+            self.graphs.remove()
+            self.graphs = None
+        if hasattr(self.video_tokenizer, "disable_cuda_graphs"):
+            self.video_tokenizer.disable_cuda_graphs()
 
     # ---- inference -----------------------------------------------------------------------------
     def prepare(self, observations: list[Mapping]) -> list[PolicyInput]:
