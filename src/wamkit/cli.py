@@ -108,6 +108,25 @@ def main(argv: list[str] | None = None) -> int:
     wm.add_argument("--no-probes", action="store_true", help="skip the per-axis action probes")
     wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
     wm.add_argument("--device", default="cpu")
+    wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model against their eval sim success")
+    wmp.add_argument("world_model", help="forward-dynamics run directory, checkpoints/iter_<N> directory or export directory")
+    wmp.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="at least 2 policy checkpoints/exports, e.g. RUN/checkpoints/iter_*")
+    wmp.add_argument("--sim-reports", nargs="+", required=True, metavar="RESULTS", help="one `wamkit eval sim` results.json (or its directory) per policy, same order")
+    wmp.add_argument("--dataset", help="recorded successful episodes (default: the world model's training dataset)")
+    wmp.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: the world model's validation episodes of the sim task)")
+    wmp.add_argument("--state", choices=["none", "recorded"], default="none", help="'recorded': feed the recorded state to state-using models (an approximation)")
+    wmp.add_argument("--score", choices=["best", "final"], default="best", help="closest approach to the goal frame, or the last imagined frame")
+    wmp.add_argument("--horizon", type=int, default=None, help="actions executed per re-plan (default: each sim report's)")
+    wmp.add_argument("--max-steps", type=int, default=None, help="imagined frames per episode (default: the longest recorded episode)")
+    wmp.add_argument("--policy-steps", type=int, default=None, help="policy denoising steps (default: each sim report's)")
+    wmp.add_argument("--num-steps", type=int, default=30, help="world-model denoising steps per chunk")
+    wmp.add_argument("--shift", type=float, default=None, help="world-model noise shift (default: the training shift)")
+    wmp.add_argument("--guidance", type=float, default=1.0, help="world-model classifier-free guidance scale (1.0 = off)")
+    wmp.add_argument("--solver", choices=["euler", "unipc"], default="euler")
+    wmp.add_argument("--seed", type=int, default=0)
+    wmp.add_argument("--no-videos", action="store_true", help="skip the mp4s and strip.png")
+    wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
+    wmp.add_argument("--device", default="cpu")
 
     args = parser.parse_args(argv)
     try:
@@ -159,6 +178,14 @@ def _dispatch(args) -> int:
                             num_steps=args.num_steps, shift=args.shift, guidance=args.guidance,
                             guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
                             probes=not args.no_probes, device=args.device)
+    if args.command == "eval" and args.eval_command == "wm-policy":
+        from wamkit.worldmodel.policy_eval import eval_wm_policy_main
+
+        return eval_wm_policy_main(args.world_model, args.policies, args.sim_reports, dataset=args.dataset, episodes=args.episodes,
+                                   out_dir=args.out, state=args.state, score=args.score, horizon=args.horizon,
+                                   max_steps=args.max_steps, policy_steps=args.policy_steps, num_steps=args.num_steps,
+                                   shift=args.shift, guidance=args.guidance, solver=args.solver, seed=args.seed,
+                                   videos=not args.no_videos, device=args.device)
     if args.command == "eval" and args.eval_command == "sim":
         from wamkit.eval.sim_eval import eval_sim_main
 

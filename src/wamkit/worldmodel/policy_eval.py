@@ -1,0 +1,473 @@
+"""`wamkit eval wm-policy`: a forward-dynamics world model as a policy evaluator.
+
+Each policy is run closed-loop INSIDE the world model instead of the simulator: from the recorded
+first frame of a held-out episode it predicts a chunk (`Policy.predict`, raw observation in, raw
+actions out), the world model generates the frames those actions lead to (`WorldModel.predict`),
+and the policy re-plans from the last generated frame, until `max_steps` frames are imagined.
+
+Score (needs no hidden simulator state): the recorded episodes are successful expert demonstrations
+from the same initial state, so their last frame shows the task solved for that placement. An
+imagined rollout scores the PSNR of its imagined frames to that goal frame: `best` (default) the
+closest approach over frames 1..max_steps, because a simulated episode succeeds as soon as the goal
+is reached (it stops there); `final` the last imagined frame. Scores average over episodes.
+
+The predicted scores are ranked against the policies' true closed-loop success rates
+(`wamkit eval sim` results.json) with Spearman's rho, Kendall's tau-b and an exact permutation
+p-value. Two references, not ranked: `expert` (the recorded actions through the world model: what a
+known-successful policy scores in imagination) and `static` (the first frame held: a policy that
+does nothing).
+
+The world model predicts no robot state. A policy or world model that uses a state row gets the
+RECORDED state at the same time index only with `state="recorded"`; this is an approximation that
+leaks the expert's trajectory into the imagination (train both with data.use_state = false for an
+unbiased evaluator). World-model noise is seeded per (seed, episode, chunk) exactly as in
+`rollout_episode`, so every policy sees the same noise (common random numbers) and a policy that
+replays the recorded actions reproduces the `expert` reference."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wamkit.data import LeRobotV3Dataset
+from wamkit.worldmodel import metrics as M
+from wamkit.worldmodel.report import PSNR_CAP_DB, _fmt, _json_safe, _separator, write_mp4
+from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, _seed_for, load_episode, rollout_episode
+
+STATE_MODES = ("none", "recorded")
+SCORES = ("best", "final")
+EXACT_P_MAX_N = 8  # n! orderings enumerated for the permutation p-value
+POLICY_MODES = ("policy", "mixed")
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+@dataclass
+class SimReport:
+    """The parts of a `wamkit eval sim` results.json that wm-policy reads."""
+
+    path: str
+    env_name: str
+    task: str
+    successes: int
+    episodes: int
+    success_rate: float
+    ci95: tuple[float, float]
+    execute_horizon: int
+    num_steps: int
+    training_step: int | None
+
+
+def load_sim_report(path: str | Path) -> SimReport:
+    """A results.json written by `wamkit eval sim` (or the directory holding it)."""
+    path = Path(path).expanduser()
+    file = path / "results.json" if path.is_dir() else path
+    if not file.is_file():
+        raise WorldModelError(str(path), "is not a `wamkit eval sim` results.json (or a directory holding one)",
+                              "run `wamkit eval sim POLICY ENV --episodes N --seed S --out DIR` and pass DIR")
+    try:
+        data = json.loads(file.read_text())
+    except ValueError as exc:
+        raise WorldModelError(str(file), f"is not valid JSON: {exc}", "pass the results.json that eval sim wrote") from exc
+    if isinstance(data, list):
+        raise WorldModelError(str(file), "holds the results of every checkpoint (eval sim --all-checkpoints)",
+                              "pass one step_<N>/results.json per policy, e.g. --sim-reports DIR/step_*")
+    try:
+        return SimReport(str(file), str(data["env_name"]), str(data["task"]), int(data["successes"]), int(data["episodes"]),
+                         float(data["success_rate"]), tuple(float(x) for x in data["ci95"]), int(data["execute_horizon"]),
+                         int(data["num_steps"]), data.get("training_step"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WorldModelError(str(file), f"lacks eval sim field {exc}", "pass the results.json that eval sim wrote") from exc
+
+
+def policy_label(policy) -> str:
+    """`<run>@<step>` for a checkpoint, the directory name for an export."""
+    src = policy.loaded.source
+    if "export" in src:
+        return Path(src["export"]).name
+    return f"{Path(src['checkpoint']).parent.parent.name}@{src.get('step')}"
+
+
+def check_pair(policy, wm: WorldModel, label: str, frame_size: int) -> None:
+    """The policy must act in the world model's action space, at its rate, on its frames."""
+    from wamkit.eval.sim_eval import _training_resolution
+
+    mode = str(policy.loaded.model_info.get("mode", "policy"))
+    if mode not in POLICY_MODES:
+        raise WorldModelError(f"policy {label}", f"was trained in {mode!r} mode, which never learned to act from a frame",
+                              "pass checkpoints trained with model.mode = 'policy' or 'mixed'")
+    for what, p, w in (("action_dim", policy.action_dim, wm.action_dim), ("fps", policy.fps, wm.fps),
+                       ("camera_keys", policy.camera_keys, wm.camera_keys),
+                       ("canvas", policy.contract.get("canvas"), wm.contract.get("canvas"))):
+        if p != w:
+            raise WorldModelError(f"policy {label}: {what}", f"is {p}, the world model's is {w}",
+                                  "evaluate policies and a world model trained on the same robot, cameras and frame size")
+    trained = _training_resolution(policy)  # None when its dataset is gone: nothing to compare
+    if trained is not None and trained != frame_size:
+        raise WorldModelError(f"policy {label}: frame size", f"was trained on {trained} px frames, the world model "
+                              f"generates {frame_size} px", "evaluate policies trained at the world model's frame size")
+    if len(wm.camera_keys) > 1:
+        raise WorldModelError("world model: camera_keys", f"{wm.camera_keys}: a tiled multi-camera canvas cannot be split "
+                              "back into the views a policy takes", "use single-camera models")
+
+
+def check_state(policy, wm: WorldModel, state: str, label: str) -> None:
+    """The world model generates no state: refuse to invent one unless asked for the recorded one."""
+    if state not in STATE_MODES:
+        raise WorldModelError("state", f"{state!r} is not understood", f"use one of {list(STATE_MODES)}")
+    users = [name for name, m in ((f"policy {label}", policy), ("the world model", wm)) if m.use_state]
+    if users and state == "none":
+        raise WorldModelError("state", f"{' and '.join(users)} use(s) a robot state, which the world model does not predict",
+                              "pass --state recorded (the recorded episode's state at the same time step: an approximation "
+                              "that leaks the expert's trajectory), or train with data.use_state = false")
+
+
+def check_horizon(policy, wm: WorldModel, horizon: int, label: str) -> None:
+    """Each re-planning step must be whole world-model chunks from one policy chunk."""
+    if not 1 <= horizon <= policy.chunk_length or horizon % wm.chunk_length:
+        raise WorldModelError(f"policy {label}: horizon", f"{horizon} actions per re-plan is not a multiple of the world "
+                              f"model's chunk {wm.chunk_length} within the policy's chunk {policy.chunk_length}",
+                              f"pass --horizon a multiple of {wm.chunk_length} (and run eval sim with the same --horizon)")
+
+
+def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, task: str, episodes) -> list[int]:
+    """Explicit episodes, else the world model's validation episodes of the evaluated task."""
+    if episodes:
+        return [int(e) for e in episodes]
+    val = [int(e) for e in wm.contract.get("val_episodes") or []]
+    chosen = [e for e in val if dataset.episode_task(e) == task]
+    if not chosen:
+        same = [e for e in dataset.episode_indices if dataset.episode_task(e) == task][:8]
+        raise WorldModelError("episodes", f"none of the world model's validation episodes {val} is of the task {task!r}",
+                              f"pass --episodes (episodes of that task: {same or 'none in this dataset'})")
+    return chosen
+
+
+# ---- imagination ----------------------------------------------------------------------------------
+def _recorded_state(ep: EpisodeData, states: np.ndarray | None, t: int) -> np.ndarray | None:
+    """The recorded state at step t, held at the last recorded one past the episode's end."""
+    return None if states is None else states[min(t, len(ep.frames) - 1)]
+
+
+def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_states: list, horizon: int, max_steps: int,
+            seed: int = 0, num_steps: int | None = None) -> torch.Tensor:
+    """Closed-loop rollouts of `policy` inside `wm` from each episode's first frame; uint8
+    [B, 1 + max_steps, H, W, 3] (frame 0 recorded). policy_states[i]: raw states [L, S] or None."""
+    t_wm = wm.chunk_length
+    frames = torch.stack([ep.frames[0] for ep in eps])
+    video, step = [frames], 0
+    while step < max_steps:
+        obs = [{"image": frames[i].numpy(), "prompt": ep.task, "state": _recorded_state(ep, policy_states[i], step)}
+               for i, ep in enumerate(eps)]
+        chunks = policy.predict(obs, seed=_seed_for(seed, eps[0].episode, step, salt=13), num_steps=num_steps)
+        actions = np.stack([c[:horizon] for c in chunks])
+        for j in range(0, horizon, t_wm):
+            t = step + j
+            states = (torch.stack([wm.normalize_states(_recorded_state(ep, ep.states, t)) for ep in eps])
+                      if wm.use_state else None)
+            out = wm.predict(frames, wm.normalize_actions(actions[:, j:j + t_wm]), states, [ep.task for ep in eps],
+                             [_seed_for(seed, ep.episode, t // t_wm) for ep in eps])
+            video.append(out[:, 1:])
+            frames = out[:, -1]
+        step += horizon
+    return torch.cat([video[0].unsqueeze(1), torch.cat(video[1:], 1)[:, :max_steps]], 1)
+
+
+# ---- scoring --------------------------------------------------------------------------------------
+def goal_psnr(video: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+    """PSNR [dB] of every frame of video [..., N, H, W, 3] to goal [H, W, 3], capped at 100 dB (identical)."""
+    return M.psnr(video, goal.expand_as(video)).clamp(max=PSNR_CAP_DB)
+
+
+def rollout_score(curve: torch.Tensor, how: str = "best") -> float:
+    """Outcome score of one imagined rollout from its goal-PSNR curve over frames 1..N."""
+    if how not in SCORES:
+        raise WorldModelError("score", f"{how!r} is not understood", f"use one of {list(SCORES)}")
+    return float(curve.max() if how == "best" else curve[-1])
+
+
+def mean_sem(values: list[float]) -> tuple[float, float | None]:
+    """Mean and its standard error (None for one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    return float(x.mean()), (float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else None)
+
+
+# ---- rank correlation -----------------------------------------------------------------------------
+def average_ranks(x) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank (as scipy.stats.rankdata)."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    for v in np.unique(x):
+        tied = x == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a - a.mean(-1, keepdims=True), b - b.mean(-1, keepdims=True)
+    return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+def spearman(x, y) -> float | None:
+    """Spearman's rho (Pearson correlation of average ranks); None when either side is constant."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return None
+    return float(_pearson_rows(rx, ry))
+
+
+def kendall_tau_b(x, y) -> float | None:
+    """Kendall's tau-b (tie-corrected); None when either side is constant."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(len(x), 1)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    den = math.sqrt(float(np.count_nonzero(sx)) * float(np.count_nonzero(sy)))
+    return float((sx * sy).sum() / den) if den > 0 else None
+
+
+def spearman_p_exact(x, y) -> float | None:
+    """Two-sided exact permutation p-value of Spearman's rho: the share of all n! pairings whose |rho|
+    reaches the observed one (None for n > EXACT_P_MAX_N or an undefined rho). With 3 policies even a
+    perfect ranking has p = 1/3."""
+    rho = spearman(x, y)
+    if rho is None or len(x) > EXACT_P_MAX_N:
+        return None
+    rx, ry = average_ranks(x), average_ranks(y)
+    perms = rx[np.array(list(itertools.permutations(range(len(rx)))))]
+    rhos = _pearson_rows(perms, np.broadcast_to(ry, perms.shape))
+    return float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
+
+
+def rank_correlation(predicted, true) -> dict:
+    """Spearman, Kendall and the exact p-value of predicted scores against true success rates."""
+    out = {"n": len(predicted), "spearman_rho": spearman(predicted, true), "kendall_tau_b": kendall_tau_b(predicted, true),
+           "spearman_p_exact": spearman_p_exact(predicted, true)}
+    if out["spearman_rho"] is None:
+        out["note"] = "undefined: the true success rates (or the predicted scores) are all equal"
+    return out
+
+
+# ---- evaluation -----------------------------------------------------------------------------------
+def _policy_states(dataset: LeRobotV3Dataset, policy, eps: list[EpisodeData]) -> list:
+    """The policy's recorded state column per episode (None for image-only policies)."""
+    if not policy.use_state:
+        return [None] * len(eps)
+    key = policy.contract["state_key"]
+    return [dataset.episode_columns(ep.episode, [key])[key].reshape(len(ep.frames), -1).astype(np.float64) for ep in eps]
+
+
+def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[EpisodeData], horizon: int,
+                 max_steps: int, how: str, seed: int, num_steps: int | None, max_batch: int = 8):
+    """(per-episode scores, goal-PSNR curves, the first episode's video) of one policy imagined on
+    every episode; other videos are dropped as soon as they are scored (they can be large)."""
+    states = _policy_states(dataset, policy, eps)
+    scores, curves, first = [], [], None
+    for i in range(0, len(eps), max_batch):
+        batch = slice(i, i + max_batch)
+        video = imagine(policy, wm, eps[batch], states[batch], horizon, max_steps, seed, num_steps)
+        first = video[0] if first is None else first
+        for ep, v in zip(eps[batch], video):
+            curves.append(goal_psnr(v[1:], ep.frames[-1]))
+            scores.append(rollout_score(curves[-1], how))
+    return scores, curves, first
+
+
+def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how: str, seed: int) -> dict:
+    """Unranked anchors scored like the policies: the recorded actions through the world model
+    (`expert`), and the first frame held (`static`)."""
+    expert, static = [], []
+    for ep in eps:
+        pred = rollout_episode(wm, ep, "autoregressive", seed).pred
+        frames = torch.cat([c[1:] for c in pred])[:max_steps]
+        expert.append(rollout_score(goal_psnr(frames, ep.frames[-1]), how))
+        static.append(rollout_score(goal_psnr(ep.frames[:1], ep.frames[-1]), how))
+    return {name: dict(zip(("score", "sem"), mean_sem(vals)), per_episode=vals)
+            for name, vals in (("expert", expert), ("static", static))}
+
+
+def strip_image(rows: dict[str, torch.Tensor], goal: torch.Tensor, every: int) -> np.ndarray:
+    """One row per rollout (frames 0, every, 2*every, ... and its last), then the goal frame."""
+    lines = []
+    for video in rows.values():
+        idx = sorted(set(range(0, len(video), every)) | {len(video) - 1})
+        tiles = [t for k in idx for t in (video[k].numpy(), _separator(video.shape[1]))]
+        lines.append(np.concatenate(tiles + [goal.numpy()], axis=1))
+    widest = max(x.shape[1] for x in lines)
+    lines = [np.pad(x, ((0, 2), (0, widest - x.shape[1]), (0, 0)), constant_values=255) for x in lines]
+    return np.concatenate(lines, axis=0)
+
+
+def write_media(out: Path, label: str, video: torch.Tensor, goal: torch.Tensor, fps: float) -> str:
+    """videos/<run>_step<N>.mp4: the first episode's imagined rollout | its goal frame."""
+    name = f"videos/{label.replace('/', '_').replace('@', '_step')}.mp4"
+    goal_col = goal.expand_as(video).numpy()
+    sep = np.broadcast_to(_separator(video.shape[1]), (len(video), video.shape[1], 2, 3))
+    write_mp4(out / name, np.concatenate([video.numpy(), sep, goal_col], axis=2), fps)
+    return name
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The policy table (references below it) and the rank correlation: report.md's core and the CLI's output."""
+    c = report["correlation"]
+    lines = ["| policy | predicted score [dB] | ± s.e. | predicted rank | true success | 95% CI | true rank |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for p in report["policies"]:
+        lines.append(f"| {p['label']} | {_fmt(p['score'], 2)} | {_fmt(p['sem'], 2)} | {p['predicted_rank']:g} | "
+                     f"{p['successes']}/{p['sim_episodes']} = {p['success_rate']:.3f} | "
+                     f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} |")
+    for name, ref in report["references"].items():
+        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | |")
+    return lines + ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** (exact two-sided p {_fmt(c['spearman_p_exact'])}), "
+                    f"Kendall tau-b {_fmt(c['kendall_tau_b'])}, n = {c['n']} policies. " + c.get("note", "")]
+
+
+def write_markdown(path: Path, report: dict) -> None:
+    s = report["settings"]
+    lines = [
+        "# World model as a policy evaluator", "",
+        "world model: `" + ", ".join(f"{k}={v}" for k, v in report["world_model"].items()) + "`  ", f"dataset: `{report['dataset']}`  episodes: {report['episodes']} "
+        f"(held out: {report['held_out']})  ", f"env: `{report['env_name']}`  task: \"{report['task']}\"  ",
+        f"score: **{s['score']}** PSNR [dB] of frames 1..{s['max_steps']} to the recorded goal (last) frame; "
+        f"state: {s['state']}; world model {s['num_steps']} {s['solver']} steps, seed {s['seed']}", "",
+        *summary_lines(report), "",
+        "Ranks: 1 = best. `expert` rolls the recorded actions through the world model; `static` holds the first frame. "
+        "strip.png: one row per policy (table order), every chunk of the first episode, then the goal frame.",
+    ]
+    if s["state"] == "recorded":
+        lines += ["", "State: the recorded (expert) state was fed at each time step, an approximation that favours "
+                  "expert-like behaviour."]
+    lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]] + [""]
+    path.write_text("\n".join(lines))
+
+
+def _check_counts(n_policies: int, n_reports: int) -> None:
+    if n_policies < 2:
+        raise WorldModelError("policies", f"got {n_policies}; a rank correlation needs at least 2",
+                              "pass several policies (e.g. checkpoints of one run: --policies RUN/checkpoints/iter_*)")
+    if n_reports != n_policies:
+        raise WorldModelError("sim-reports", f"got {n_reports} for {n_policies} policies",
+                              "pass one `wamkit eval sim` results.json per policy, in the order of --policies")
+
+
+def _check_reports(policies: list, reports: list[SimReport], labels: list[str]) -> None:
+    """One report per policy, all from one env, each for its policy's training step."""
+    _check_counts(len(policies), len(reports))
+    envs = sorted({r.env_name for r in reports})
+    if len(envs) > 1:
+        raise WorldModelError("sim-reports", f"come from different envs {envs}", "compare policies on one env")
+    for policy, report, label in zip(policies, reports, labels):
+        step = policy.loaded.source.get("step")
+        if report.training_step is not None and step is not None and int(step) >= 0 and int(step) != report.training_step:
+            raise WorldModelError(f"sim report {report.path}", f"is for training step {report.training_step}, "
+                                  f"policy {label} is step {step}", "pass the reports in the order of --policies")
+
+
+def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, episodes, state: str,
+             score: str, horizon: int | None):
+    """Every check that needs no sampling, then (labels, re-planning horizons, loaded episodes)."""
+    if score not in SCORES:
+        raise WorldModelError("score", f"{score!r} is not understood", f"use one of {list(SCORES)}")
+    labels = _unique([policy_label(p) for p in policies])
+    _check_reports(policies, reports, labels)
+    horizons = [int(horizon or r.execute_horizon) for r in reports]
+    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].task, episodes)]
+    too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
+    if too_short:
+        raise WorldModelError("episodes", f"{too_short} have fewer than chunk_length + 1 = {wm.chunk_length + 1} frames",
+                              "pick longer episodes")
+    for p, label, h in zip(policies, labels, horizons):
+        check_pair(p, wm, label, int(eps[0].frames.shape[1]))
+        check_state(p, wm, state, label)
+        check_horizon(p, wm, h, label)
+    return labels, horizons, eps
+
+
+def _policy_row(label: str, policy, report: SimReport, horizon: int, scores: list[float], curves: list, wall: float) -> dict:
+    mean, sem = mean_sem(scores)
+    return {"label": label, "source": policy.loaded.source, "sim_report": report.path, "execute_horizon": horizon,
+            "score": mean, "sem": sem, "per_episode": scores, "success_rate": report.success_rate,
+            "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95),
+            "goal_psnr_by_step": [float(x) for x in torch.stack(curves).mean(0)], "wall_seconds": wall}
+
+
+def _add_ranks(rows: list[dict]) -> None:
+    """Rank 1 = the highest predicted score / the highest true success rate (ties share their mean rank)."""
+    predicted = average_ranks(-np.asarray([r["score"] for r in rows]))
+    true = average_ranks(-np.asarray([r["success_rate"] for r in rows]))
+    for r, pr, tr in zip(rows, predicted, true):
+        r["predicted_rank"], r["true_rank"] = float(pr), float(tr)
+
+
+def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, out_dir: Path,
+                      episodes=None, state: str = "none", score: str = "best", horizon: int | None = None,
+                      max_steps: int | None = None, policy_steps: int | None = None, seed: int = 0,
+                      videos: bool = True) -> dict:
+    """Imagine every policy on every episode, score it, rank-correlate with the true success rates;
+    writes out_dir/report.{json,md}, videos/ and strip.png."""
+    labels, horizons, eps = _prepare(wm, policies, reports, dataset, episodes, state, score, horizon)
+    steps = int(max_steps or max(len(ep.frames) - 1 for ep in eps))
+    goal = eps[0].frames[-1]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, files, strips = [], [], {}
+    for policy, report, label, h in zip(policies, reports, labels, horizons):
+        wall = time.perf_counter()
+        scores, curves, strips[label] = score_policy(policy, wm, dataset, eps, h, steps, score, seed,
+                                                     policy_steps or report.num_steps)
+        rows.append(_policy_row(label, policy, report, h, scores, curves, time.perf_counter() - wall))
+        if videos:
+            files.append(write_media(out_dir, label, strips[label], goal, wm.fps))
+    _add_ranks(rows)
+    if videos:
+        from PIL import Image
+
+        Image.fromarray(strip_image(strips, goal, wm.chunk_length)).save(out_dir / "strip.png")
+        files.append("strip.png")
+    val = set(int(e) for e in wm.contract.get("val_episodes") or [])
+    report = _json_safe({
+        "format": "wamkit-wm-policy-report", "version": 1, "world_model": wm.loaded.source, "dataset": str(dataset.root),
+        "env_name": reports[0].env_name, "task": reports[0].task, "episodes": [ep.episode for ep in eps],
+        "held_out": all(ep.episode in val for ep in eps),
+        "settings": {"score": score, "state": state, "max_steps": steps, "seed": seed, "num_steps": wm.num_steps,
+                     "solver": wm.solver, "guidance": wm.guidance, "shift": wm.shift_for(eps[0].frames[0]),
+                     "policy_steps": policy_steps, "chunk_length": wm.chunk_length, "fps": wm.fps},
+        "policies": rows, "references": reference_scores(wm, eps, steps, score, seed),
+        "correlation": rank_correlation([r["score"] for r in rows], [r["success_rate"] for r in rows]),
+        "files": files + ["report.json", "report.md"],
+    })
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
+    write_markdown(out_dir / "report.md", report)
+    return report
+
+
+def _unique(labels: list[str]) -> list[str]:
+    """Labels made distinct by a #k suffix (the same checkpoint may be passed twice)."""
+    return [lab if labels.count(lab) == 1 else f"{lab}#{labels[:i].count(lab)}" for i, lab in enumerate(labels)]
+
+
+def eval_wm_policy_main(world_model, policies, sim_reports, dataset=None, episodes=None, out_dir=None, state: str = "none",
+                        score: str = "best", horizon: int | None = None, max_steps: int | None = None,
+                        policy_steps: int | None = None, num_steps: int = 30, shift: float | None = None,
+                        guidance: float = 1.0, solver: str = "euler", seed: int = 0, videos: bool = True,
+                        device: str = "cpu") -> int:
+    """`wamkit eval wm-policy`: load everything, evaluate, print the table; 0 on success."""
+    from wamkit.eval.sim_eval import load_policy
+
+    reports = [load_sim_report(p) for p in sim_reports]  # cheap checks before loading any model
+    _check_counts(len(policies), len(reports))
+    wm = WorldModel.from_path(world_model, device=device, num_steps=num_steps, shift=shift, guidance=guidance, solver=solver)
+    loaded = [load_policy(p, device=device) for p in policies]
+    ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
+    out = Path(out_dir) if out_dir else Path("eval") / "wm_policy" / reports[0].env_name.replace("/", "_")
+    report = evaluate_policies(wm, loaded, reports, ds, out, episodes=episodes, state=state, score=score, horizon=horizon,
+                               max_steps=max_steps, policy_steps=policy_steps, seed=seed, videos=videos)
+    print("\n".join(summary_lines(report)))
+    print(f"wrote {out / 'report.md'}")
+    return 0

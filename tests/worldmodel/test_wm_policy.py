@@ -1,0 +1,232 @@
+"""`wamkit eval wm-policy`: the world model as a policy evaluator. Tiny runs trained a few CPU steps
+give the models; the true success rates are `wamkit eval sim` reports written by eval's own writer."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from wamkit.cli import main
+from wamkit.config import load_experiment
+from wamkit.data import LeRobotV3Dataset, write_demo_dataset
+from wamkit.eval.report import write_report
+from wamkit.eval.sim_eval import EvalResult, load_policy, wilson_interval
+from wamkit.train.trainer import Trainer
+from wamkit.worldmodel import WorldModel, WorldModelError, load_episode, rollout_episode
+from wamkit.worldmodel import policy_eval as PE
+from tests.helpers import DEMO_RECIPE, train_tiny_run
+
+TASK = "reach the blue target"
+EPISODES = [0, 1]  # both "reach the blue target" in the 8-episode demo dataset (seed 0)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An image-only `mixed` run (world model and policy checkpoints at steps 1..3) and a policy-mode
+    run that uses the robot state."""
+    root = tmp_path_factory.mktemp("wmp")
+    data = write_demo_dataset(root / "reach", num_episodes=8)
+    cfg = load_experiment(DEMO_RECIPE, [
+        'model.mode="mixed"', 'job.name="mixed"', f'job.output_root="{root}"', f'data.path="{data}"',
+        "data.generate_demo=false", "data.use_state=false", "trainer.max_iter=3", "checkpoint.save_iter=1",
+        "trainer.samples_per_step=2", "trainer.progress_bar=false", "trainer.val_every=0", "scheduler.warm_up_steps=[1]",
+    ])
+    Trainer(cfg).train()
+    return root / "mixed", train_tiny_run(root, "stateful"), data, root
+
+
+def _ckpt(run, step):
+    return run / "checkpoints" / f"iter_{step:09d}"
+
+
+def _sim_report(out, step, successes, n=10, task=TASK, env="demo/reach", horizon=8):
+    """A results.json exactly as `wamkit eval sim` writes it."""
+    r = EvalResult(env_name=env, task=task, episodes=n, successes=successes, success_rate=successes / n,
+                   ci95=wilson_interval(successes, n), mean_episode_length=40.0, mean_success_length=None,
+                   execute_horizon=horizon, chunk_length=8, max_episode_steps=100, resolution=64, seed=1, num_steps=2,
+                   policy_source={}, training_step=step, seconds=1.0)
+    write_report(r, out)
+    return out
+
+
+def _wm(run):
+    return WorldModel.from_path(run, num_steps=2)
+
+
+# ---- rank correlation and scorer (no models) ---------------------------------------------------------
+def test_average_ranks_spearman_and_kendall_by_hand():
+    np.testing.assert_allclose(PE.average_ranks([10, 20, 20, 5]), [2, 3.5, 3.5, 1])
+    assert PE.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert PE.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert PE.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6*2/(4*15)
+    assert PE.kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(2 / 3)  # (5 - 1) / 6 pairs
+    assert PE.spearman([1, 2, 3], [0.5, 0.5, 0.5]) is None and PE.kendall_tau_b([1, 2, 3], [0, 0, 0]) is None
+    assert PE.rank_correlation([1, 2, 3], [0, 0, 0])["note"].startswith("undefined")
+
+
+def test_rank_correlations_match_scipy_with_ties():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(0, 4, 7).astype(float), rng.integers(0, 5, 7).astype(float)
+        if len(set(x)) < 2 or len(set(y)) < 2:
+            continue
+        assert PE.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+        assert PE.kendall_tau_b(x, y) == pytest.approx(stats.kendalltau(x, y).statistic)
+
+
+def test_exact_permutation_p_value():
+    assert PE.spearman_p_exact([1, 2, 3], [1, 2, 3]) == pytest.approx(2 / 6)  # rho = +-1 in 2 of 3! orderings
+    assert PE.spearman_p_exact([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(2 / 24)
+    assert PE.spearman_p_exact([1, 2], [1, 2]) == 1.0
+    assert PE.spearman_p_exact(list(range(9)), list(range(9))) is None  # too many orderings to enumerate
+
+
+def _noisy(goal, amplitudes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    frames = [(goal.float() + a * torch.randn(goal.shape, generator=g)).clamp(0, 255).round().to(torch.uint8)
+              for a in amplitudes]
+    return torch.stack(frames)
+
+
+def test_scorer_picks_the_closest_approach_or_the_last_frame():
+    goal = torch.randint(0, 256, (16, 16, 3), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    curve = PE.goal_psnr(_noisy(goal, [60, 30, 5, 40]), goal)
+    assert int(curve.argmax()) == 2 and curve[2] > curve[1] > curve[3] > curve[0]
+    assert PE.rollout_score(curve, "best") == pytest.approx(float(curve[2]))
+    assert PE.rollout_score(curve, "final") == pytest.approx(float(curve[3]))
+    reached = PE.goal_psnr(torch.stack([goal, goal]), goal)  # identical frames: infinite PSNR, capped
+    assert reached.tolist() == [100.0, 100.0]
+    closer = PE.rollout_score(PE.goal_psnr(_noisy(goal, [20, 10]), goal))
+    farther = PE.rollout_score(PE.goal_psnr(_noisy(goal, [20, 15]), goal))
+    assert closer > farther
+    with pytest.raises(WorldModelError, match="best"):
+        PE.rollout_score(curve, "mean")
+
+
+def test_sim_report_errors(tmp_path):
+    with pytest.raises(WorldModelError, match="eval sim"):
+        PE.load_sim_report(tmp_path / "nope")
+    (tmp_path / "all.json").write_text(json.dumps([{"success_rate": 0.5}]))
+    with pytest.raises(WorldModelError, match="step_<N>/results.json"):
+        PE.load_sim_report(tmp_path / "all.json")
+    (tmp_path / "bad.json").write_text(json.dumps({"env_name": "x"}))
+    with pytest.raises(WorldModelError, match="lacks eval sim field"):
+        PE.load_sim_report(tmp_path / "bad.json")
+    r = PE.load_sim_report(_sim_report(tmp_path / "ok", 3, 4))  # a directory holding results.json
+    assert (r.successes, r.episodes, r.training_step, r.execute_horizon) == (4, 10, 3, 8)
+    assert r.ci95 == pytest.approx(wilson_interval(4, 10))
+
+
+def test_cli_needs_two_policies_before_loading_anything(tmp_path, capsys):
+    rep = _sim_report(tmp_path / "a", 1, 1)
+    assert main(["eval", "wm-policy", "no_wm", "--policies", "p1", "--sim-reports", str(rep)]) == 2
+    assert "at least 2" in capsys.readouterr().err
+    assert main(["eval", "wm-policy", "no_wm", "--policies", "p1", "p2", "--sim-reports", str(rep)]) == 2
+    assert "got 1 for 2 policies" in capsys.readouterr().err
+
+
+# ---- with models ----------------------------------------------------------------------------------
+class ReplayPolicy:
+    """Replays an episode's recorded actions chunk after chunk (what the `expert` reference does)."""
+
+    def __init__(self, actions, chunk):
+        self.actions, self.chunk, self.t = actions, chunk, 0
+
+    def predict(self, observations, seed=0, num_steps=None):
+        assert len(observations) == 1 and observations[0]["image"].dtype == np.uint8
+        chunk = self.actions[self.t:self.t + self.chunk].astype(np.float32)
+        self.t += self.chunk
+        return [chunk]
+
+
+@pytest.mark.parametrize("chunks_per_plan", [1, 2])
+def test_replaying_the_recorded_actions_reproduces_the_expert_rollout(runs, chunks_per_plan):
+    run, _, data, _ = runs
+    wm = _wm(run)
+    ep = load_episode(LeRobotV3Dataset(data), 0, wm.contract)
+    expert = rollout_episode(wm, ep, "autoregressive", seed=5).pred  # [N, T+1, ...]
+    steps = 2 * wm.chunk_length - 3  # not a whole number of chunks: the video is cut to max_steps
+    horizon = chunks_per_plan * wm.chunk_length  # one re-plan feeds the world model this many chunks
+    video = PE.imagine(ReplayPolicy(ep.actions, horizon), wm, [ep], [None], horizon, steps, seed=5)
+    assert video.shape == (1, 1 + steps, *ep.frames.shape[1:]) and video.dtype == torch.uint8
+    assert torch.equal(video[0, 0], ep.frames[0])
+    assert torch.equal(video[0, 1:], torch.cat([c[1:] for c in expert])[:steps])  # same frames, actions, noise
+
+
+def test_contract_and_state_mismatches_are_refused_with_a_fix(runs):
+    run, stateful, _, _ = runs
+    wm = _wm(run)
+    policy = load_policy(stateful)
+    with pytest.raises(WorldModelError, match="--state recorded"):
+        PE.check_state(policy, wm, "none", "stateful")
+    PE.check_state(policy, wm, "recorded", "stateful")
+    PE.check_pair(policy, wm, "stateful", 64)
+    with pytest.raises(WorldModelError, match="frame size"):
+        PE.check_pair(policy, wm, "stateful", 32)
+    with pytest.raises(WorldModelError, match="multiple of 8"):
+        PE.check_horizon(policy, wm, 4, "stateful")
+    policy.contract["fps"] = 80.0
+    with pytest.raises(WorldModelError, match="fps"):
+        PE.check_pair(policy, wm, "stateful", 64)
+    policy.contract["fps"], policy.contract["action_dim"] = wm.fps, 4
+    with pytest.raises(WorldModelError, match="(?s)action_dim.*same robot"):
+        PE.check_pair(policy, wm, "stateful", 64)
+    policy.contract["action_dim"] = wm.action_dim
+    policy.loaded.model_info["mode"] = "forward_dynamics"
+    with pytest.raises(WorldModelError, match="never learned to act"):
+        PE.check_pair(policy, wm, "stateful", 64)
+
+
+def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
+    run, stateful, data, _ = runs
+    reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k) for s, k in ((1, 1), (2, 6), (3, 3))]
+    out = tmp_path / "out"
+    args = ["eval", "wm-policy", str(run), "--policies", *(str(_ckpt(run, s)) for s in (1, 2, 3)),
+            "--sim-reports", *map(str, reports), "--episodes", *map(str, EPISODES), "--num-steps", "2",
+            "--max-steps", "16", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["format"] == "wamkit-wm-policy-report" and report["episodes"] == EPISODES and report["task"] == TASK
+    assert report["settings"]["max_steps"] == 16 and report["settings"]["state"] == "none"
+    rows = report["policies"]
+    assert [r["label"] for r in rows] == ["mixed@1", "mixed@2", "mixed@3"]
+    assert [r["success_rate"] for r in rows] == [0.1, 0.6, 0.3] and [r["true_rank"] for r in rows] == [3, 1, 2]
+    assert rows[1]["ci95"] == pytest.approx(wilson_interval(6, 10))
+    for r in rows:
+        assert len(r["per_episode"]) == 2 and len(r["goal_psnr_by_step"]) == 16
+        assert r["score"] == pytest.approx(np.mean(r["per_episode"])) and 0 < r["score"] <= 100
+        assert max(r["goal_psnr_by_step"]) <= r["score"] + 1e-9  # best: each episode's max over its curve
+    scores = [r["score"] for r in rows]
+    corr = report["correlation"]
+    assert corr["n"] == 3 and corr["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.3]))
+    assert corr["kendall_tau_b"] == pytest.approx(PE.kendall_tau_b(scores, [0.1, 0.6, 0.3]))
+    assert set(report["references"]) == {"expert", "static"}
+    for f in report["files"]:
+        assert (out / f).stat().st_size > 0, f
+    assert "videos/mixed_step1.mp4" in report["files"] and "strip.png" in report["files"]
+    md = (out / "report.md").read_text()
+    assert md.count("| mixed@") == 3 and "Spearman rho" in md and "*expert (reference)*" in md
+    assert "| mixed@2 |" in printed and "Spearman rho" in printed
+
+    # the reports must follow the policies' order (training steps are checked)
+    assert main(args[:args.index("--sim-reports") + 1] + [str(reports[1]), str(reports[0]), str(reports[2])]
+                + args[args.index("--episodes"):]) == 2
+    assert "training step" in capsys.readouterr().err
+
+
+def test_state_policies_need_state_recorded(runs, tmp_path, capsys):
+    run, stateful, _, _ = runs
+    reports = [_sim_report(tmp_path / "r4", 4, 2), _sim_report(tmp_path / "r3", 3, 5)]
+    args = ["eval", "wm-policy", str(run), "--policies", str(stateful), str(_ckpt(run, 3)), "--sim-reports",
+            *map(str, reports), "--episodes", "0", "--num-steps", "2", "--max-steps", "8", "--no-videos",
+            "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "policy stateful@4 use(s) a robot state" in err and "--state recorded" in err
+    assert main(args + ["--state", "recorded"]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["settings"]["state"] == "recorded" and report["files"] == ["report.json", "report.md"]
+    assert "approximation" in (tmp_path / "out" / "report.md").read_text()
