@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--text-tokens", type=int, default=256, help="prompt tokens of the --random-preset policy")
     parser.add_argument("--no-text-cache", action="store_true", help="run the text pathway at every denoising step")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="launch the decoder stack kernel by kernel")
+    parser.add_argument("--compile-pointwise", action="store_true", help="torch.compile the norms and MLPs of every layer")
     parser.add_argument("--profile", action="store_true", help="time the phases of Policy.predict (no server) and list the top kernels")
     args = parser.parse_args(argv)
 
@@ -242,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
             policy.cache_text = not args.no_text_cache
             if args.no_cuda_graphs:
                 policy.disable_cuda_graphs()
+        if args.compile_pointwise:
+            import torch._dynamo
+
+            from wamkit.model.cuda_graphs import compile_pointwise
+
+            torch._dynamo.config.cache_size_limit = 64
+            print(f"compiled {compile_pointwise(policy.model, policy.processor)} norm/MLP modules")
         if args.profile:
             profile_predict(policy, args.image_size, args.requests, args.warmup)
             return 0

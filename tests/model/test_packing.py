@@ -1,5 +1,6 @@
 """A packed forward over several samples must equal each sample's own forward."""
 
+import pytest
 import torch
 
 from wamkit.model.cosmos3 import build_transformer
@@ -70,12 +71,13 @@ def test_clean_positions_get_no_prediction_and_noisy_do():
     assert torch.count_nonzero(out.action[0][1:]) > 0
 
 
-def test_flex_attention_backend_matches_dense_masks():
+@pytest.mark.parametrize("num_samples", [2, 1])  # one sample takes the fused-SDPA fast path
+def test_flex_attention_backend_matches_dense_masks(num_samples):
     """The GPU path (flex block masks), run eagerly on CPU, equals the dense-mask path."""
     from wamkit.model.flex_attention import FlexPackedAttention
 
     gen = torch.Generator().manual_seed(4)
-    samples = [_sample(gen, 5, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 9, 2, 4, 6, 5, 0.7, 1, False)]
+    samples = [_sample(gen, 5, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 9, 2, 4, 6, 5, 0.7, 1, False)][:num_samples]
     model = _model()
     batch = pack_samples(samples, model.config)
     with torch.no_grad():
@@ -86,5 +88,7 @@ def test_flex_attention_backend_matches_dense_masks():
         model.set_attn_processor(flex)
         with packed_layout(flex, batch):
             got = model(**batch.forward_kwargs)
+            took_fast_path = flex._single
     for a, b in zip(got.sample + got.action, expected.sample + expected.action):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert took_fast_path == (num_samples == 1) and flex._single is False  # cleared with the layout

@@ -30,6 +30,7 @@ class FlexPackedAttention(PackedAttention):
         # layouts over and over (and CUDA graphs need the very same mask tensors on every replay).
         self._blocks: OrderedDict[tuple, tuple] = OrderedDict()
         self.max_cached_layouts = max_cached_layouts
+        self._single = False
 
     def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
         key = self.layout_key
@@ -43,6 +44,9 @@ class FlexPackedAttention(PackedAttention):
                 while len(self._blocks) > self.max_cached_layouts:
                     self._blocks.popitem(last=False)
         self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
+        # One bidirectional sample (a policy request): the masks are plain causal / full, which
+        # SDPA's fused kernels run faster than a block-sparse kernel at these lengths.
+        self._single = key is not None and len(key) == 2 and gen_chunk_ids is None
 
     def captured_state(self) -> tuple:
         return self.und_block, self.gen_block, list(self._kv_buffers)
@@ -67,9 +71,21 @@ class FlexPackedAttention(PackedAttention):
     def clear(self) -> None:
         super().clear()
         self.und_block = self.gen_block = None
+        self._single = False
 
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
+        if self._single:
+            return _dense_attention(q, k, v, causal=pathway == "und")
         block = self.und_block if pathway == "und" else self.gen_block
         fn = _flex() if self.compiled else flex_attention
         out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
         return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
+
+
+def _dense_attention(q, k, v, causal: bool) -> torch.Tensor:
+    """[N, H, D] queries over [M, H_kv, D] keys -> [N, H*D]; GQA heads expanded for the fused kernels."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), is_causal=causal)
+    return out.squeeze(0).transpose(0, 1).flatten(-2, -1)

@@ -195,6 +195,7 @@ class PackedAttention:
         self._kv_buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._layer_cursor = 0
         self.layout_key: tuple | None = None  # set by packed_layout; identifies the masks (CUDA graph key)
+        self.rope = _rope  # swapped for a compiled twin by wamkit.model.cuda_graphs.compile_pointwise
 
     def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
         same_und = und_ids[:, None] == und_ids[None, :]
@@ -236,7 +237,7 @@ class PackedAttention:
         k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
         cos_und, sin_und, cos_gen, sin_gen = (r.unsqueeze(1) for r in rotary_emb)
-        q_gen, k_gen = (_rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
+        q_gen, k_gen = (self.rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
 
         if self.text_cache == "replay":
             und_out = und_seq.new_zeros((0, heads * d))
@@ -246,7 +247,7 @@ class PackedAttention:
             k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
             v_und = attn.to_v(und_seq).view(-1, kv_heads, d)
             k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
-            q_und, k_und, k_und_for_gen = (_rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
+            q_und, k_und, k_und_for_gen = (self.rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
             und_out = self.attend(q_und, k_und, v_und, "und")
             if self.text_cache == "record":
                 k_und_for_gen, v_und = self._record_text_kv(k_und_for_gen, v_und)

@@ -85,6 +85,7 @@ class WanTokenizer:
         from wamkit.model.cuda_graphs import GraphCache
 
         self._graphs = GraphCache()
+        torch.backends.cudnn.benchmark = True  # like the graphs: a one-time cost per shape picks the fastest convolutions
 
     def disable_cuda_graphs(self) -> None:
         self._graphs = None
