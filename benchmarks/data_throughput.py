@@ -1,6 +1,6 @@
 """Windows/s of wamkit's data path vs LeRobot's own LeRobotDataset on the same datasets.
 
-    python benchmarks/data_throughput.py [--workers 2] [--num 48] [--chunk 8] [--tiers 256 480]
+    python benchmarks/data_throughput.py [--workers 2] [--num 48] [--chunk 8] [--tiers 256 480] [--repeats 3]
 
 For each tier a synthetic dataset (2 cameras, AV1, several episodes) is written with LeRobot's own
 writer (lerobot-dataset==0.4.4, in the separate venv of tests/interop, built on first use). Then, with
@@ -10,7 +10,8 @@ the same number of DataLoader workers and random windows of chunk+1 frames per c
 * LeRobot: LeRobotDataset with equivalent delta_timestamps (state/cameras chunk+1, actions chunk),
   its default decoder (torchcodec), run inside the LeRobot venv.
 
-Prints a markdown table and the ratio wamkit / LeRobot.
+The two readers run alternately `--repeats` times per tier (shared cores are noisy); the table shows
+the median windows/s of each and the ratio of the medians, wamkit / LeRobot.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main(argv=None) -> None:
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--length", type=int, default=40)
     p.add_argument("--tiers", type=int, nargs="+", default=[256, 480])
+    p.add_argument("--repeats", type=int, default=3, help="alternating runs of each reader per tier (median)")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="wamkit-bench-") as tmp:
@@ -77,12 +79,16 @@ def main(argv=None) -> None:
             root = Path(tmp) / f"ds{tier}"
             lerobot_venv.run_writer("write", str(root), "--episodes", str(args.episodes), "--length", str(args.length),
                                     "--height", str(h), "--width", str(w), "--data-mb", "1", "--video-mb", "2")
-            ours = bench_wamkit(root, args.chunk, args.workers, args.num, args.warmup)
-            out = lerobot_venv.run_writer("bench", str(root), "--chunk", str(args.chunk), "--workers",
-                                          str(args.workers), "--num", str(args.num), "--warmup", str(args.warmup))
-            theirs = json.loads(out.strip().splitlines()[-1])["windows_per_s"]
-            rows.append((tier, f"{h}x{w}", ours, theirs))
-    print(f"\n{args.workers} workers, chunk {args.chunk} (chunk+1 frames x 2 cameras per window), {args.num} windows, AV1\n")
+            ours, theirs = [], []
+            for _ in range(args.repeats):
+                ours.append(bench_wamkit(root, args.chunk, args.workers, args.num, args.warmup))
+                out = lerobot_venv.run_writer("bench", str(root), "--chunk", str(args.chunk), "--workers",
+                                              str(args.workers), "--num", str(args.num), "--warmup", str(args.warmup))
+                theirs.append(json.loads(out.strip().splitlines()[-1])["windows_per_s"])
+                print(f"{tier}p run {len(ours)}: wamkit {ours[-1]:.1f}, LeRobot {theirs[-1]:.1f} windows/s", flush=True)
+            rows.append((tier, f"{h}x{w}", float(np.median(ours)), float(np.median(theirs))))
+    print(f"\n{args.workers} workers, chunk {args.chunk} (chunk+1 frames x 2 cameras per window), {args.num} windows, AV1, "
+          f"median of {args.repeats} alternating runs\n")
     print("| tier | camera | wamkit windows/s | LeRobot windows/s | wamkit / LeRobot |")
     print("| --- | --- | --- | --- | --- |")
     for tier, size, ours, theirs in rows:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from wamkit.data import BUCKETS, CanvasTransform, Normalizer, SampleTransform, Window, canvas_size, compose_canvas
+from wamkit.data import (BUCKETS, CanvasTransform, Normalizer, SampleTransform, Window, canvas_size, compose_canvas,
+                         compose_frames)
 from wamkit.data.canvas import nearest_bucket
 from wamkit.errors import ConfigError, DataError
 
@@ -107,3 +108,14 @@ def test_errors():
         CanvasTransform.from_config(Cfg, ["a", "b", "c"])
     Cfg.wrist_camera = "b"
     assert CanvasTransform.from_config(Cfg, ["a", "b", "c"]).wrist_index == 1
+
+
+def test_side_by_side_views_of_different_heights():
+    """Taller views shrink to the shortest height, aspect kept; views already that height are untouched."""
+    tall, short = views(1, 120, 160)[0], views(1, 60, 100, seed=1)[0]
+    out = compose_frames([tall, short])
+    assert out.shape == (2, 60, 180, 3) and canvas_size([(120, 160), (60, 100)]) == (60, 180)
+    assert torch.equal(out[:, :, 80:], short)
+    flat = torch.full((1, 120, 160, 3), 77, dtype=torch.uint8)
+    assert (compose_frames([flat, short[:1]])[:, :, :80] == 77).all()  # an antialiased shrink of a flat view
+    assert compose_canvas([tall[0].numpy(), short[0].numpy()], "side_by_side", 256).shape == (160, 400, 3)

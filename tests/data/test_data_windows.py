@@ -49,6 +49,15 @@ def test_multi_camera_and_no_state(demo_ds):
     assert torch.equal(w.video[0], w.video[1])
 
 
+def test_side_by_side_canvas_of_a_window_is_a_view(demo_ds):
+    """Cameras are decoded into one side-by-side buffer: the native canvas tiles them without a copy."""
+    from wamkit.data import CanvasTransform
+    w = WindowDataset(demo_ds, [2], chunk_length=4, camera_keys=[CAMERA_KEY, CAMERA_KEY])[1]
+    canvas = CanvasTransform()(w.video)
+    assert torch.equal(canvas, torch.cat(list(w.video), dim=2)) and canvas.is_contiguous()
+    assert canvas.data_ptr() == w.video.data_ptr()
+
+
 def test_picklable_for_dataloader_workers(demo_ds):
     windows = WindowDataset(demo_ds, [0, 3], chunk_length=T)
     windows[0]
@@ -87,3 +96,36 @@ def test_dataloader_workers_decode_like_main_process(demo_ds):
     got = [w for batch in loader for w in batch]
     assert [(w.episode_index, w.start) for w in got] == [(w.episode_index, w.start) for w in expected]
     assert all(torch.equal(a.video, b.video) and torch.equal(a.action, b.action) for a, b in zip(got, expected))
+
+
+def test_cameras_of_different_sizes(tmp_path):
+    """A 64x64 front and a 32x48 wrist camera: each view decoded at its own size, tiled by the canvas after
+    the taller view is shrunk to the shorter one's height (never upscaling), then fitted to the tier."""
+    from wamkit.data import (CanvasTransform, LeRobotV3Dataset, Normalizer, RecordedEpisode, SampleTransform,
+                             generate_episodes, write_lerobot_dataset)
+    from .framecheck import check_frames
+    truth = generate_episodes(2, 10, 64, seed=5)
+    wrist = "observation.images.wrist"
+    episodes = [RecordedEpisode(TASKS[e.task_index], e.states, e.actions,
+                                {CAMERA_KEY: e.frames, wrist: np.ascontiguousarray(e.frames[:, ::2, 8:56])}) for e in truth]
+    write_lerobot_dataset(tmp_path / "ds", episodes, 10, state_names=("x", "y", "vx", "vy"),
+                          action_names=("dx", "dy", "grip"), robot_type="t", tasks=TASKS)
+    ds = LeRobotV3Dataset(tmp_path / "ds")
+    windows = WindowDataset(ds, ds.episode_indices, chunk_length=4, camera_keys=[CAMERA_KEY, wrist])
+    w = windows[6]
+    front, side = w.video
+    assert front.shape == (5, 64, 64, 3) and side.shape == (5, 32, 48, 3)
+    check_frames(front.numpy(), truth[w.episode_index], np.arange(w.start, w.start + 5))
+    half = truth[w.episode_index].frames[w.start:w.start + 5, ::2, 8:56].astype(np.int16)
+    assert np.abs(side.numpy().astype(np.int16) - half).mean() < 8.0
+    norm = Normalizer.from_stats(ds.stats, "action", "minmax")
+    for tier, size in ((0, (32, 80)), (256, (160, 400))):
+        canvas = CanvasTransform("side_by_side", tier)
+        assert canvas.size([(64, 64), (32, 48)]) == size
+        video = SampleTransform(norm, None, 8, False, 0, canvas=canvas)(w).video
+        assert video.shape == (5, *size, 3)
+        assert torch.equal(video[:, :32, 32:80], side)  # the shorter view is never resized
+        assert not video[:, 32:].any() and not video[:, :, 80:].any()  # padded, not upscaled
+    loader = torch.utils.data.DataLoader(windows, batch_size=2, num_workers=1, collate_fn=_keep, sampler=[6, 0])
+    got = next(iter(loader))[0]
+    assert all(torch.equal(a, b) for a, b in zip(got.video, w.video))

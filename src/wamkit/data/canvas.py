@@ -2,7 +2,8 @@
 
 Two layouts (`data.camera_layout`):
 
-* ``side_by_side``: the views tiled left to right, in `data.camera_keys` order (views of equal height).
+* ``side_by_side``: the views tiled left to right, in `data.camera_keys` order. Views taller than the
+  shortest one are first shrunk to its height, aspect kept (never upscaling any view).
 * ``concat_view`` (the DROID recipe): the wrist view (`data.wrist_camera`) on top at full size; the
   two other (exterior) views, each resized to half the wrist view's height and width, side by side
   below it, in `data.camera_keys` order. Exactly three views; canvas = (1.5 H, W) of the wrist view.
@@ -80,7 +81,8 @@ def composed_size(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_ind
     """(H, W) of the composed canvas before the resolution tier, for views of the given (H, W)."""
     _check_views(view_shapes, layout, wrist_index)
     if layout == "side_by_side":
-        return view_shapes[0][0], sum(w for _, w in view_shapes)
+        sizes = _side_by_side_sizes(view_shapes)
+        return sizes[0][0], sum(w for _, w in sizes)
     h, w = view_shapes[wrist_index]
     return h + h // 2, w
 
@@ -97,10 +99,6 @@ def _check_views(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_inde
     if not view_shapes:
         raise DataError("data.camera_keys", "no camera views to compose", "select at least one camera")
     if layout == "side_by_side":
-        heights = {h for h, _ in view_shapes}
-        if len(heights) > 1:
-            raise DataError("data.camera_keys", f"views of different heights {list(view_shapes)} cannot be tiled "
-                            "side by side", "select cameras of equal height or use data.camera_layout = 'concat_view'")
         return
     if len(view_shapes) != 3:
         raise DataError("data.camera_layout", f"'concat_view' needs exactly 3 cameras (1 wrist + 2 exterior), got "
@@ -112,6 +110,12 @@ def _check_views(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_inde
     if h % 2 or w % 2:
         raise DataError("data.wrist_camera", f"the wrist view is {h}x{w}; 'concat_view' halves it for the exterior "
                         "views and needs an even height and width", "use cameras of even size")
+
+
+def _side_by_side_sizes(view_shapes: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(H, W) of each view once tiled: the shortest view's height, aspect kept (only ever shrinking)."""
+    h = min(vh for vh, _ in view_shapes)
+    return [(h, w if vh == h else max(1, round(w * h / vh))) for vh, w in view_shapes]
 
 
 def _resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -128,6 +132,7 @@ def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "
                    wrist_index: int = 0) -> torch.Tensor:
     """Views [V][N, H, W, 3] uint8 (N time steps each) -> canvas [N, H', W', 3] uint8."""
     check_layout(layout, tier)
+    stacked = views if isinstance(views, torch.Tensor) else None
     views = list(views)
     for v in views:
         if not isinstance(v, torch.Tensor) or v.dtype != torch.uint8 or v.ndim != 4 or v.shape[-1] != 3:
@@ -139,7 +144,11 @@ def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "
                         "pass the same time steps for every camera")
     shapes = [tuple(v.shape[1:3]) for v in views]
     _check_views(shapes, layout, wrist_index)
-    if layout == "side_by_side":
+    if layout == "side_by_side" and stacked is not None:  # a view when the views were decoded side by side
+        n, h, w, c = stacked.shape[1:]
+        canvas = stacked.permute(1, 2, 0, 3, 4).reshape(n, h, len(views) * w, c)
+    elif layout == "side_by_side":
+        views = [_resize(v, size) for v, size in zip(views, _side_by_side_sizes(shapes))]
         canvas = views[0] if len(views) == 1 else torch.cat(views, dim=2)
     else:
         wrist = views[wrist_index]
@@ -178,7 +187,8 @@ def compose_canvas(images: Sequence[np.ndarray | torch.Tensor], layout: str = "s
 
 
 class CanvasTransform:
-    """video [V, T+1, H, W, 3] uint8 -> [T+1, H', W', 3] uint8 with a fixed layout and tier.
+    """video [V, T+1, H, W, 3] uint8 (or a list of V [T+1, H_v, W_v, 3] for cameras of different sizes)
+    -> [T+1, H', W', 3] uint8 with a fixed layout and tier.
 
     The default (side_by_side, native) is the plain left-to-right tiling."""
 
@@ -207,8 +217,8 @@ class CanvasTransform:
     def size(self, view_shapes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         return canvas_size(view_shapes, self.layout, self.tier, self.wrist_index)
 
-    def __call__(self, video: torch.Tensor) -> torch.Tensor:
-        return compose_frames(list(video), self.layout, self.tier, self.wrist_index)
+    def __call__(self, video: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        return compose_frames(video, self.layout, self.tier, self.wrist_index)
 
     def state_dict(self) -> dict:
         return {"camera_layout": self.layout, "resolution": self.tier, "wrist_index": self.wrist_index}

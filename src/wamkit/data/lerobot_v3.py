@@ -285,8 +285,15 @@ class LeRobotV3Dataset:
         return self._format("video_path", video_key=camera_key, chunk_index=row[f"videos/{camera_key}/chunk_index"],
                             file_index=row[f"videos/{camera_key}/file_index"])
 
-    def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int]) -> np.ndarray:
-        """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp."""
+    def frame_size(self, camera_key: str) -> tuple[int, int]:
+        """(H, W) of a camera's frames from info.json (LeRobot writes [H, W, 3]; channel-first accepted)."""
+        shape = list(self._feature(camera_key)["shape"])
+        return (shape[0], shape[1]) if shape[-1] == 3 or len(shape) != 3 else (shape[1], shape[2])
+
+    def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int],
+                      out: np.ndarray | None = None) -> np.ndarray:
+        """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp;
+        written into `out` (uint8 [n, H, W, 3], any strides) and returned when given."""
         if self._feature(camera_key)["dtype"] != "video":
             raise DataError(f"features[{camera_key!r}]", "is not a video feature", f"use one of {self.camera_keys}")
         frame_indices = np.asarray(frame_indices, dtype=np.int64)
@@ -301,7 +308,7 @@ class LeRobotV3Dataset:
         self._check_timestamps(ep, timestamps)
         start = float(self._episode(ep)[f"videos/{camera_key}/from_timestamp"])
         path = self.video_path(ep, camera_key)
-        frames = decode_at_times(path, start + timestamps[frame_indices], self.fps)
+        frames = decode_at_times(path, start + timestamps[frame_indices], self.fps, out)
         self._check_frame_shape(camera_key, frames, path)
         return frames
 

@@ -109,9 +109,13 @@ class MultiDataset:
         part, local = self.locate(ep)
         return part.episode_columns(local, keys)
 
-    def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int]) -> np.ndarray:
+    def frame_size(self, camera_key: str) -> tuple[int, int]:
+        return self.parts[0].frame_size(camera_key)
+
+    def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int],
+                      out: np.ndarray | None = None) -> np.ndarray:
         part, local = self.locate(ep)
-        return part.decode_frames(local, camera_key, frame_indices)
+        return part.decode_frames(local, camera_key, frame_indices, out)
 
     def video_path(self, ep: int, camera_key: str) -> Path:
         part, local = self.locate(ep)

@@ -6,12 +6,13 @@ window never crosses an episode boundary. Only the frames a window needs are dec
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.selection import KeepRanges, NoWindowsKept, trajectory_keys
@@ -20,9 +21,10 @@ from wamkit.errors import DataError
 
 @dataclass
 class Window:
-    """One clip: video [V, T+1, H, W, 3] uint8 (None when read without video), state [T+1, Ds] | None, action [T, Da]."""
+    """One clip: video [V, T+1, H, W, 3] uint8 -- a list of V [T+1, H_v, W_v, 3] when the cameras differ in
+    size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]."""
 
-    video: torch.Tensor | None
+    video: torch.Tensor | list[torch.Tensor] | None
     state: torch.Tensor | None
     action: torch.Tensor
     task: str
@@ -61,10 +63,6 @@ class WindowDataset(Dataset):
             if key not in ds.camera_keys:
                 raise DataError(f"{ds.root}/meta/info.json: features[{key!r}]", "is not a video feature of "
                                 "the dataset", f"choose camera keys from {ds.camera_keys}")
-        shapes = {k: list(ds.features[k]["shape"]) for k in self.camera_keys}
-        if len({tuple(s) for s in shapes.values()}) > 1:
-            raise DataError(f"{ds.root}/meta/info.json: features", f"cameras have different shapes {shapes}",
-                            "select cameras of equal resolution or resize the videos")
         for key in [self.action_key] + ([self.state_key] if self.state_key else []):
             ds.feature_dim(key)  # raises DataError naming info.json if missing
 
@@ -104,8 +102,7 @@ class WindowDataset(Dataset):
         T = self.chunk_length
         keys = [self.action_key] + ([self.state_key] if self.state_key else [])
         cols = self.dataset.episode_columns(ep, keys)
-        frames = np.arange(start, start + T + 1)
-        video = np.stack([self.dataset.decode_frames(ep, cam, frames) for cam in self.camera_keys]) if self.decode_video else None
+        video = self._decode(ep, np.arange(start, start + T + 1)) if self.decode_video else None
         state = None
         if self.state_key:
             state = torch.from_numpy(_as_2d(cols[self.state_key][start:start + T + 1]).astype(np.float32))
@@ -113,8 +110,25 @@ class WindowDataset(Dataset):
         self._check_finite(ep, start, self.action_key, action)
         if state is not None:
             self._check_finite(ep, start, self.state_key, state)
-        return Window(video=torch.from_numpy(video) if video is not None else None, state=state, action=action,
-                      task=self.dataset.episode_task(ep), episode_index=ep, start=start)
+        return Window(video=video, state=state, action=action, task=self.dataset.episode_task(ep), episode_index=ep,
+                      start=start)
+
+    def _decode(self, ep: int, frames: np.ndarray) -> torch.Tensor | list[torch.Tensor]:
+        """[V, T+1, H, W, 3] uint8, each camera decoded straight into its columns of one side-by-side buffer
+        [T+1, H, V*W, 3] (so tiling the views for the canvas is a view, not a copy); a list of per-camera
+        [T+1, H_v, W_v, 3] when the cameras differ in size."""
+        sizes = [self.dataset.frame_size(cam) for cam in self.camera_keys]
+        if len(set(sizes)) > 1:
+            views = [_frame_buffer((len(frames), h, w, 3)) for h, w in sizes]
+            for view, cam in zip(views, self.camera_keys):
+                self.dataset.decode_frames(ep, cam, frames, out=view.numpy())
+            return views
+        (h, w), views = sizes[0], len(sizes)
+        buffer = _frame_buffer((len(frames), h, views * w, 3))
+        array = buffer.numpy()
+        for v, cam in enumerate(self.camera_keys):
+            self.dataset.decode_frames(ep, cam, frames, out=array[:, :, v * w:(v + 1) * w])
+        return buffer.view(len(frames), h, views, w, 3).permute(2, 0, 1, 3, 4)
 
     def _check_finite(self, ep: int, start: int, key: str, values: torch.Tensor) -> None:
         """NaN/inf in a window would poison the loss silently: name the file, column, frame and channel."""
@@ -124,6 +138,15 @@ class WindowDataset(Dataset):
             raise DataError(f"{self.dataset._data_path(ep)}[{key!r}]", f"{len(bad)} NaN/inf value(s) in the window "
                             f"of episode {ep} starting at frame {start}; first at frame_index {start + r}, channel {c}",
                             "repair or drop those frames (`wamkit data doctor` lists every one)")
+
+
+def _frame_buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    """Empty uint8 tensor for decoded frames. In a DataLoader worker it is allocated in shared memory,
+    where DataLoader would otherwise copy it: handing it to the training process copies nothing."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 
 def _as_2d(x: np.ndarray) -> np.ndarray:
