@@ -30,6 +30,8 @@ PRESETS: dict[str, Preset] = {
     # CPU-sized; rope_axes_dim must sum to head_dim / 2.
     "tiny": Preset(2, 64, 4, 2, 16, 128, 384, (4, 2, 2)),
     "small": Preset(4, 256, 4, 2, 64, 512, 384, (12, 10, 10)),
+    # One GPU, minutes: the Meta-World world model of recipes/metaworld_fd.toml.
+    "medium": Preset(8, 512, 8, 4, 64, 1536, 384, (12, 10, 10)),
     # Cosmos3-Nano (15.2 B parameters with both pathways).
     "nano": Preset(36, 4096, 32, 8, 128, 12288, 151936, (24, 20, 20)),
 }

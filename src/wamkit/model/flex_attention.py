@@ -14,10 +14,12 @@ _compiled_flex = None
 
 
 def _flex():
-    """flex_attention is only fast compiled; compile once per process, lazily."""
+    """flex_attention is only fast compiled; compile once per process, lazily. Sequence lengths
+    change from batch to batch (prompts differ), so the second shape compiles a dynamic kernel:
+    with static shapes dynamo would hit its recompile limit and fall back to the unfused kernel."""
     global _compiled_flex
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        _compiled_flex = torch.compile(flex_attention, dynamic=None)
     return _compiled_flex
 
 
@@ -78,7 +80,12 @@ class FlexPackedAttention(PackedAttention):
             return _dense_attention(q, k, v, causal=pathway == "und")
         block = self.und_block if pathway == "und" else self.gen_block
         fn = _flex() if self.compiled else flex_attention
-        out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
+        device = q.device.type
+        if torch.is_autocast_enabled(device):  # under autocast flex falls back to a dense math kernel (N^2 memory)
+            dtype = torch.get_autocast_dtype(device)
+            q, k, v = (x.to(dtype) for x in (q, k, v))
+        with torch.autocast(device, enabled=False):
+            out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
         return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
 

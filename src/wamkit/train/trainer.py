@@ -4,6 +4,7 @@ position from the step count, so a resumed run reproduces the uninterrupted one 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -67,8 +68,8 @@ class Trainer:
         self.init_note = self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
         dims = parallel_dims(cfg, self.ctx.world_size)
-        mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
-        self.model = parallelize(self.model, mesh, cfg)
+        self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
+        self.model = parallelize(self.model, self.mesh, cfg)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
             attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
@@ -94,6 +95,13 @@ class Trainer:
             raise ConfigError("trainer.max_tokens_per_batch", f"{budget} is below one sample's {tokens} tokens",
                               f"raise it to at least {tokens}, or set it to 0 and use trainer.samples_per_step")
         return budget // tokens
+
+    def compute_precision(self):
+        """FSDP2 casts to `parallel.param_dtype` under torchrun; a single-process CUDA run gets the
+        same bf16 compute over fp32 master weights from autocast."""
+        if self.mesh is None and self.device.type == "cuda" and self.cfg.parallel.param_dtype == "bfloat16":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     @property
     def global_micro_batch(self) -> int:
@@ -222,7 +230,8 @@ class Trainer:
             samples = next(stream)
             first = self.consumed + self.ctx.rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
-            losses = self.objective(samples, generators)
+            with self.compute_precision():
+                losses = self.objective(samples, generators)
             (losses.total / cfg.grad_accum_iter).backward()
             self.consumed += self.global_micro_batch
             totals["loss"] += losses.total.item() / cfg.grad_accum_iter
@@ -258,7 +267,8 @@ class Trainer:
         for start in range(0, count, chunk):
             batch = samples[start : start + chunk]
             generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
-            losses.append(self.objective(batch, generators).total.item())
+            with self.compute_precision():
+                losses.append(self.objective(batch, generators).total.item())
         self.model.train()
         return sum(losses) / len(losses)
 
