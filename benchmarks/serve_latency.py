@@ -35,8 +35,8 @@ def tiny_export(tmp: Path) -> Path:
     return export_run(tmp / "bench", tmp / "export")
 
 
-def random_weight_policy(preset: str, device: str, num_steps: int, compile_layers: bool, text_tokens: int,
-                         cache_text: bool, cuda_graphs: bool):
+def random_weight_policy(preset: str, device: str, num_steps: int, text_tokens: int,
+                         cache_text: bool, cuda_graphs: bool, compile_pointwise: bool):
     """A policy of a preset's real shape with random weights (G1-like contract: chunk 32, 36-D
     action, 32-D state, 50 fps, 256p tier, `text_tokens` prompt tokens — the reference G1 shape has
     256) and a randomly initialised Wan2.2-layout VAE, in bf16: what latency at Nano width needs
@@ -57,8 +57,6 @@ def random_weight_policy(preset: str, device: str, num_steps: int, compile_layer
                                temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
                                patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
                                latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
-    if compile_layers:
-        model.compile_repeated_blocks(fullgraph=False, dynamic=False)
     bounds = {"min": np.full(36, -1.0), "max": np.full(36, 1.0)}
     state_bounds = {"min": np.full(32, -1.0), "max": np.full(32, 1.0)}
     contract = {
@@ -71,7 +69,9 @@ def random_weight_policy(preset: str, device: str, num_steps: int, compile_layer
     }
     loaded = LoadedModel(model=model, video_tokenizer=WanTokenizer(vae), text_tokenizer=ByteTokenizer(text_tokens), contract=contract,
                          model_info={"preset": preset}, diffusion={"shift": 5.0}, source={"weights": "random"})
-    return Policy(loaded, num_steps=num_steps, cache_text=cache_text, cuda_graphs=cuda_graphs and device.startswith("cuda"))
+    on_cuda = device.startswith("cuda")
+    return Policy(loaded, num_steps=num_steps, cache_text=cache_text, cuda_graphs=cuda_graphs and on_cuda,
+                  compile_pointwise=compile_pointwise and on_cuda)
 
 
 class _Client:
@@ -222,11 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--random-preset", help="random-weight model of this preset (e.g. nano) with a Wan2.2-layout VAE, bf16")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the decoder layers (with --random-preset)")
     parser.add_argument("--text-tokens", type=int, default=256, help="prompt tokens of the --random-preset policy")
     parser.add_argument("--no-text-cache", action="store_true", help="run the text pathway at every denoising step")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="launch the decoder stack kernel by kernel")
-    parser.add_argument("--compile-pointwise", action="store_true", help="torch.compile the norms and MLPs of every layer")
+    parser.add_argument("--no-compile-pointwise", action="store_true", help="leave the norms, MLPs and rotary uncompiled (CUDA)")
     parser.add_argument("--profile", action="store_true", help="time the phases of Policy.predict (no server) and list the top kernels")
     args = parser.parse_args(argv)
 
@@ -235,21 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.random_preset:
             path = f"random {args.random_preset}"
-            policy = random_weight_policy(args.random_preset, args.device, args.num_steps, args.compile, args.text_tokens,
-                                          not args.no_text_cache, not args.no_cuda_graphs)
+            policy = random_weight_policy(args.random_preset, args.device, args.num_steps, args.text_tokens,
+                                          not args.no_text_cache, not args.no_cuda_graphs, not args.no_compile_pointwise)
         else:
             path = Path(args.export) if args.export else tiny_export(Path(tmp))
             policy = load_policy(path, device=args.device, num_steps=args.num_steps)
             policy.cache_text = not args.no_text_cache
             if args.no_cuda_graphs:
                 policy.disable_cuda_graphs()
-        if args.compile_pointwise:
-            import torch._dynamo
-
-            from wamkit.model.cuda_graphs import compile_pointwise
-
-            torch._dynamo.config.cache_size_limit = 64
-            print(f"compiled {compile_pointwise(policy.model, policy.processor)} norm/MLP modules")
         if args.profile:
             profile_predict(policy, args.image_size, args.requests, args.warmup)
             return 0

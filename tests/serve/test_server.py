@@ -146,7 +146,7 @@ def test_request_mapping_camera_keys():
     img = np.zeros((8, 8, 3), np.uint8)
     obs, seed = observation_from_request({"images": {"observation.images.front": img}, "state": [1, 2], "prompt": "p"},
                                          ["observation.images.front"])
-    assert obs["image"].shape == (1, 8, 8, 3) and seed is None
+    assert len(obs["image"]) == 1 and obs["image"][0].shape == (8, 8, 3) and seed is None
     with pytest.raises(ProtocolError, match=r"\['images'\]\['side'\]: is not a camera"):
         observation_from_request({"images": {"side": img}, "state": [1], "prompt": "p"}, ["observation.images.front"])
     with pytest.raises(ProtocolError, match=r"\['images'\]\['observation.images.wrist'\]: is missing"):
@@ -154,7 +154,23 @@ def test_request_mapping_camera_keys():
                                  ["observation.images.front", "observation.images.wrist"])
     two, _ = observation_from_request({"images": {"wrist": img + 1, "front": img}, "state": [1], "prompt": "p"},
                                       ["observation.images.front", "observation.images.wrist"])
-    assert two["image"].shape == (2, 8, 8, 3) and two["image"][1].max() == 1  # contract order, not request order
+    assert [v.max() for v in two["image"]] == [0, 1]  # contract order, not request order
+    wide = np.zeros((8, 12, 3), np.uint8)
+    mixed, _ = observation_from_request({"images": {"wrist": wide, "front": img}, "state": [1], "prompt": "p"},
+                                        ["observation.images.front", "observation.images.wrist"])
+    assert [v.shape for v in mixed["image"]] == [(8, 8, 3), (8, 12, 3)]  # sizes kept: the policy composes the canvas
+
+
+def test_policy_takes_camera_views_of_different_sizes_as_a_list():
+    from wamkit.policy.policy import Policy, PolicyInputError
+
+    views = Policy._views("obs['image']", [np.zeros((8, 8, 3), np.uint8), np.ones((6, 12, 3), np.uint8)])
+    assert [v.shape for v in views] == [(8, 8, 3), (6, 12, 3)]
+    assert len(Policy._views("obs['image']", np.zeros((2, 8, 8, 3), np.uint8))) == 2
+    with pytest.raises(PolicyInputError, match=r"obs\['image'\]\[1\]: dtype is float32"):
+        Policy._views("obs['image']", [np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8, 3), np.float32)])
+    with pytest.raises(PolicyInputError, match="several views"):
+        Policy._views("obs['image']", [np.zeros((2, 8, 8, 3), np.uint8)])
 
 
 def test_load_policy_accepts_an_export_or_a_run_dir(export_dir, run_dir):

@@ -98,8 +98,11 @@ def compile_pointwise(model, processor=None) -> int:
     (not the processor itself, whose text K/V cache keeps per-layer Python state): fuses the RMSNorm,
     SiLU-gate and rotation chains that otherwise run as a dozen unfused kernels per layer. Returns
     the number of modules compiled."""
+    import torch._dynamo
     from diffusers.models.normalization import RMSNorm
 
+    # One compiled code object serves every layer; each pathway and batch size is another shape.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     if processor is not None and hasattr(processor, "rope"):
         processor.rope = torch.compile(processor.rope, dynamic=None)
     compiled = 0

@@ -16,6 +16,7 @@ from wamkit.data.canvas import compose_canvas
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
+from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
 from wamkit.model.packing import install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
@@ -27,10 +28,12 @@ class PolicyInputError(WamkitError, ValueError):
 
 class Policy(ContractModel):
     def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto",
-                 cache_text: bool = True, cuda_graphs: bool | None = None):
+                 cache_text: bool = True, cuda_graphs: bool | None = None, compile_pointwise: bool | None = None):
         """`cache_text`: compute the text pathway once per chunk instead of once per denoising step
-        (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack from CUDA
-        graphs captured per layout (the first request of each new shape pays the capture)."""
+        (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
+        encode from CUDA graphs captured per shape (the first request of each new shape pays the
+        capture). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
+        rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys."""
         self._init_contract(loaded)
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
@@ -41,6 +44,8 @@ class Policy(ContractModel):
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
         if use_graphs and hasattr(self.video_tokenizer, "enable_cuda_graphs"):
             self.video_tokenizer.enable_cuda_graphs()
+        if device.type == "cuda" if compile_pointwise is None else compile_pointwise:
+            compile_pointwise_ops(self.model, self.processor)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -93,8 +98,35 @@ class Policy(ContractModel):
                            action_dim=self.action_dim, domain_id=int(self.contract["domain_id"]))
 
     def _image(self, where: str, image) -> torch.Tensor:
+        views = self._views(where, image)
+        cameras = self.camera_keys
+        if cameras and len(views) != len(cameras):
+            raise PolicyInputError(where, f"has {len(views)} camera view(s), the model was trained on {len(cameras)} {cameras}",
+                                   "stack the views in this camera order as [V, H, W, 3] (or pass a list of [H, W, 3])")
+        canvas = self.contract.get("canvas", {})  # the same composition training used
+        try:
+            frame = compose_canvas(views, canvas.get("camera_layout", "side_by_side"), canvas.get("resolution", 0), canvas.get("wrist_index", 0))
+        except WamkitError as exc:
+            raise PolicyInputError(where, exc.problem, exc.fix) from exc
+        factor = int(getattr(self.video_tokenizer, "spatial_factor", 1))
+        h, w = frame.shape[0], frame.shape[1]
+        if h == 0 or w == 0 or h % factor or w % factor:
+            raise PolicyInputError(where, f"frame size {h}x{w} is not a positive multiple of the tokenizer's spatial factor {factor}",
+                                   "resize to the training resolution")
+        return torch.from_numpy(np.ascontiguousarray(frame))
+
+    @staticmethod
+    def _views(where: str, image) -> list[np.ndarray]:
+        """uint8 [H, W, 3], [V, H, W, 3], or a list of [H, W, 3] (cameras of different sizes)."""
         if image is None:
             raise PolicyInputError(where, "is missing", "pass a uint8 image [H, W, 3] (or [V, H, W, 3] for V cameras)")
+        if isinstance(image, (list, tuple)):
+            if not image:
+                raise PolicyInputError(where, "is an empty list", "pass one uint8 [H, W, 3] image per camera")
+            views = [Policy._views(f"{where}[{i}]", view) for i, view in enumerate(image)]
+            if any(len(v) != 1 for v in views):
+                raise PolicyInputError(where, "a list entry holds several views", "pass one [H, W, 3] image per list entry")
+            return [v[0] for v in views]
         if isinstance(image, torch.Tensor):
             image = image.detach().cpu().numpy()
         if not isinstance(image, np.ndarray):
@@ -105,21 +137,7 @@ class Policy(ContractModel):
             image = image[None]
         if image.ndim != 4 or image.shape[-1] != 3:
             raise PolicyInputError(where, f"shape is {tuple(image.shape)}, expected [H, W, 3] or [V, H, W, 3]")
-        cameras = self.camera_keys
-        if cameras and image.shape[0] != len(cameras):
-            raise PolicyInputError(where, f"has {image.shape[0]} camera view(s), the model was trained on {len(cameras)} {cameras}",
-                                   "stack the views in this camera order as [V, H, W, 3]")
-        canvas = self.contract.get("canvas", {})  # the same composition training used
-        try:
-            frame = compose_canvas(list(image), canvas.get("camera_layout", "side_by_side"), canvas.get("resolution", 0), canvas.get("wrist_index", 0))
-        except WamkitError as exc:
-            raise PolicyInputError(where, exc.problem, exc.fix) from exc
-        factor = int(getattr(self.video_tokenizer, "spatial_factor", 1))
-        h, w = frame.shape[0], frame.shape[1]
-        if h == 0 or w == 0 or h % factor or w % factor:
-            raise PolicyInputError(where, f"frame size {h}x{w} is not a positive multiple of the tokenizer's spatial factor {factor}",
-                                   "resize to the training resolution")
-        return torch.from_numpy(np.ascontiguousarray(frame))
+        return list(image)
 
     def _state(self, where: str, state) -> torch.Tensor:
         if state is None:

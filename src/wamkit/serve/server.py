@@ -71,7 +71,7 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     if "images" in request:
         if image is not None:
             raise ProtocolError("request['images']", f"given together with {image_key!r}", "send only one of them")
-        image = _stack_cameras(request["images"], camera_keys)
+        image = _camera_views(request["images"], camera_keys)
     elif image is None:
         raise ProtocolError("request['image']", "is missing",
                             f"send `images` = {{camera: uint8 [H, W, 3]}} for cameras {camera_keys} or `observation/image`")
@@ -88,7 +88,7 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     return obs, None if seed is None else int(seed)
 
 
-def _stack_cameras(images: Any, camera_keys: list[str]) -> np.ndarray:
+def _camera_views(images: Any, camera_keys: list[str]) -> list[np.ndarray]:
     if not isinstance(images, Mapping):
         raise ProtocolError("request['images']", f"must be a dict {{camera_key: image}}, got {type(images).__name__}")
     by_name: dict[str, Any] = {}
@@ -110,10 +110,7 @@ def _stack_cameras(images: Any, camera_keys: list[str]) -> np.ndarray:
             desc = f"{view.dtype} {tuple(view.shape)}" if isinstance(view, np.ndarray) else type(view).__name__
             raise ProtocolError(f"request['images'][{cam!r}]", f"is {desc}, expected a uint8 array [H, W, 3]")
         views.append(view)
-    if len({v.shape for v in views}) > 1:
-        raise ProtocolError("request['images']", f"cameras have different shapes {[v.shape for v in views]}",
-                            "resize every camera to the training resolution")
-    return np.stack(views)
+    return views  # the policy composes them exactly as training did, whatever their sizes
 
 
 def _rename(exc: PolicyInputError) -> ProtocolError:
