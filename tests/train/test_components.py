@@ -63,3 +63,40 @@ def test_rectified_flow_definitions():
     assert shift_sigma(torch.tensor(0.5), 3.0).item() == pytest.approx(0.75)
     s = sample_sigmas(1000, torch.Generator().manual_seed(0), shift=3.0)
     assert 0 < s.min() and s.max() < 1 and s.mean() > 0.6  # shift pushes towards noise
+
+
+def _loss_and_grads(model):
+    from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+
+    gen = torch.Generator().manual_seed(0)
+    sample = SequenceSample(text_ids=[5, 6, 7], video=torch.randn(12, 2, 4, 4, generator=gen), actions=torch.randn(5, 8, generator=gen),
+                            clean_video_frames=[0], clean_action_rows=[0], sigma=0.5)
+    processor = install_packed_attention(model)
+    batch = pack_samples([sample], model.config)
+    with packed_layout(processor, batch):
+        out = model(**batch.forward_kwargs)
+    loss = sum(x.square().mean() for x in out.sample + out.action)
+    model.zero_grad()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_selective_activation_checkpointing_recomputes_only_the_mlps_and_changes_nothing():
+    from wamkit.train.parallel import checkpoint_mlps
+
+    torch.manual_seed(0)
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=2)
+    plain_loss, plain_grads = _loss_and_grads(model)
+    names = [n for n, _ in model.named_parameters()]
+    calls = {"mlp": 0, "attn": 0}
+    for layer in model.layers:
+        layer.mlp_moe_gen.up_proj.register_forward_hook(lambda *a: calls.__setitem__("mlp", calls["mlp"] + 1))
+        layer.self_attn.add_q_proj.register_forward_hook(lambda *a: calls.__setitem__("attn", calls["attn"] + 1))
+    assert checkpoint_mlps(model) == 2 * len(model.layers)
+    loss, grads = _loss_and_grads(model)
+    torch.testing.assert_close(loss, plain_loss)
+    assert grads.keys() == plain_grads.keys() and [n for n, _ in model.named_parameters()] == names
+    for n, g in grads.items():
+        torch.testing.assert_close(g, plain_grads[n], msg=n)
+    layers = len(model.layers)
+    assert calls == {"mlp": 2 * layers, "attn": layers}  # the MLPs ran again in backward, attention did not

@@ -172,7 +172,7 @@ class ParallelConfig:
     """torch.distributed layout. World size comes from torchrun; shard degree = world / replicate."""
 
     data_parallel_replicate_degree: int = 1  # > 1: HSDP (replicate across nodes, shard inside)
-    activation_checkpointing: str = "none"  # none | full
+    activation_checkpointing: str = "none"  # none | selective (recompute the MLPs) | full (whole layers)
     compile: bool = False  # torch.compile each decoder layer
     param_dtype: str = "float32"  # compute dtype of FSDP2 (bfloat16 on GPUs); master weights stay fp32
     reduce_dtype: str = "float32"  # gradient reduction dtype
@@ -226,7 +226,7 @@ class ExperimentConfig:
         if self.data.state_normalization:
             _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
         _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)
-        _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "full"))
+        _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "selective", "full"))
         _choice("parallel.param_dtype", self.parallel.param_dtype, ("float32", "bfloat16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("float32", "bfloat16"))
         if self.data.chunk_length <= 0 or self.data.chunk_length % 4:

@@ -48,7 +48,9 @@ def describe(cfg) -> str:
 # Measured on one H200 at Nano width without activation checkpointing (benchmarks/RESULTS.md:
 # 70.0 GiB peak for 6632 packed tokens, minus bf16 weights and grads): ~31.6 * hidden bytes of saved
 # activations per token and layer. Full checkpointing keeps only each layer's two input streams.
-ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "full": 4.0}
+# "selective" (computed, not measured) drops the MLP's saved gate/up/SiLU/product tensors
+# (4 x 3H bf16 = 24 bytes per hidden unit) and keeps its input.
+ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "selective": 7.6, "full": 4.0}
 
 
 def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank: int) -> dict[str, float]:

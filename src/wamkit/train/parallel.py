@@ -8,6 +8,8 @@ node count for HSDP)."""
 
 from __future__ import annotations
 
+import functools
+
 import os
 from dataclasses import dataclass
 
@@ -75,6 +77,21 @@ def build_mesh(dims: ParallelDims, device: torch.device):
     return init_device_mesh(device.type, (dims.dp_replicate, dims.dp_shard), mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
+def checkpoint_mlps(model: torch.nn.Module) -> int:
+    """Selective activation checkpointing: recompute both pathways' MLPs in the backward pass. Their
+    gate/up/product intermediates (3x the width each) are most of a layer's saved activations, while
+    attention, whose recompute costs the most per byte saved, keeps its activations. The forward is
+    wrapped per instance, so parameter names (and checkpoints) do not change."""
+    from torch.utils.checkpoint import checkpoint
+
+    wrapped = 0
+    for layer in model.layers:
+        for mlp in (layer.mlp, layer.mlp_moe_gen):
+            mlp.forward = functools.partial(checkpoint, mlp.forward, use_reentrant=False)
+            wrapped += 1
+    return wrapped
+
+
 def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     """Activation checkpointing, then compile, then FSDP2 per decoder layer and at the root.
 
@@ -84,8 +101,11 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     p = cfg.parallel
     if p.activation_checkpointing == "full":
         model.enable_gradient_checkpointing()
+    elif p.activation_checkpointing == "selective":
+        checkpoint_mlps(model)
     elif p.activation_checkpointing != "none":
-        raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported", "use 'none' or 'full'")
+        raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported",
+                          "use 'none', 'selective' or 'full'")
     if p.compile:
         for layer in model.layers:
             layer.compile(dynamic=False)
