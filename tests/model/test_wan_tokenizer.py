@@ -6,7 +6,7 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from wamkit.errors import ConfigError, DataError
-from wamkit.model.tokenizer import WanTokenizer, build_video_tokenizer
+from wamkit.model.tokenizer import WanTokenizer, build_video_tokenizer, single_frame_convs
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,45 @@ def test_wan_first_latent_frame_depends_only_on_the_first_frame(tiny_wan_dir):
     clip = torch.randint(0, 256, (1, 9, 32, 32, 3), dtype=torch.uint8)
     alone = tok.encode(clip[:, :1])
     torch.testing.assert_close(alone[:, :, 0], tok.encode(clip)[:, :, 0], atol=1e-5, rtol=1e-4)
+
+
+def _encode_decode_counting_conv2d(vae, x):
+    calls = []
+    original = torch.nn.functional.conv2d
+    torch.nn.functional.conv2d = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        with torch.no_grad():
+            z = vae.encode(x).latent_dist.mode()
+            return z, vae.decode(z).sample, len(calls)
+    finally:
+        torch.nn.functional.conv2d = original
+
+
+def test_single_frame_2d_convolutions_equal_the_causal_3d_ones(tiny_wan_dir):
+    """The fast path for one-frame chunks (a policy's observed frame, the first chunk of a clip)."""
+    plain = AutoencoderKLWan.from_pretrained(tiny_wan_dir).eval()
+    tok = WanTokenizer.from_pretrained(tiny_wan_dir)
+    convs = [m for m in tok.vae.modules() if type(m).__name__ == "WanCausalConv3d"]
+    fast = [m for m in convs if getattr(m, "_single_frame_fast_path", False)]
+    assert len(fast) > len(convs) // 2 and single_frame_convs(tok.vae) == 0  # most convs, and idempotent
+    fast_names = {name for name, m in tok.vae.named_modules() if getattr(m, "_single_frame_fast_path", False)}
+    eligible = []  # calls of those convs in the PLAIN model on one frame without a cache
+
+    def count(module, args, kwargs):
+        cache = args[1] if len(args) > 1 else kwargs.get("cache_x")
+        eligible.append(args[0].shape[2] == 1 and cache is None)
+
+    for name, m in plain.named_modules():
+        if name in fast_names:
+            m.register_forward_pre_hook(count, with_kwargs=True)
+    for frames in (1, 9):
+        x = torch.rand(1, 3, frames, 32, 48) * 2 - 1
+        eligible.clear()
+        got, got_back, fast_calls = _encode_decode_counting_conv2d(tok.vae, x)
+        want, want_back, plain_calls = _encode_decode_counting_conv2d(plain, x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got_back, want_back, atol=1e-5, rtol=1e-4)
+        assert sum(eligible) > 0 and fast_calls - plain_calls == sum(eligible)  # each of them ran as one 2D conv
 
 
 def test_wan_errors_name_the_fix(tiny_wan_dir, tmp_path):

@@ -72,6 +72,7 @@ class WanTokenizer:
 
     def __init__(self, vae):
         self.vae = vae.eval().requires_grad_(False)
+        single_frame_convs(self.vae)
         cfg = vae.config
         self.latent_channels = int(cfg.z_dim)
         self.spatial_factor = int(cfg.scale_factor_spatial)
@@ -123,6 +124,36 @@ class WanTokenizer:
         z = latents * self.std.to(latents.device) + self.mean.to(latents.device)
         x = self.vae.decode(z.to(device=param.device, dtype=param.dtype)).sample.float()
         return _from_unit_range(x)
+
+
+def single_frame_convs(vae) -> int:
+    """Run the VAE's causal 3D convolutions as 2D ones on single-frame chunks without a cache (the
+    observed frame a policy encodes; the first chunk of every clip). Causal padding puts zeros in
+    front of the frame, so every temporal tap but the last multiplies zeros: the result is exactly
+    conv2d with the last tap, at a third of the work and on cudnn's faster 2D kernels. Returns the
+    number of convolutions given the fast path."""
+    patched = 0
+    for conv in vae.modules():
+        if type(conv).__name__ != "WanCausalConv3d" or getattr(conv, "_single_frame_fast_path", False):
+            continue
+        if conv.stride[0] != 1 or conv.dilation[0] != 1 or conv._padding[4] != conv.kernel_size[0] - 1:
+            continue
+        conv.forward = _single_frame_forward(conv, conv.forward)
+        conv._single_frame_fast_path = True
+        patched += 1
+    return patched
+
+
+def _single_frame_forward(conv, plain):
+    pad_w, pad_h = conv._padding[0], conv._padding[2]
+
+    def forward(x, cache_x=None):
+        if cache_x is not None or x.shape[2] != 1:
+            return plain(x, cache_x)
+        out = F.conv2d(x[:, :, 0], conv.weight[:, :, -1], conv.bias, conv.stride[1:], (pad_h, pad_w), conv.dilation[1:])
+        return out.unsqueeze(2)
+
+    return forward
 
 
 def _check_divisible(h: int, w: int, factor: int) -> None:
