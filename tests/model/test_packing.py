@@ -92,3 +92,12 @@ def test_flex_attention_backend_matches_dense_masks(num_samples):
     for a, b in zip(got.sample + got.action, expected.sample + expected.action):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     assert took_fast_path == (num_samples == 1) and flex._single is False  # cleared with the layout
+
+
+def test_attention_backend_auto_rule_is_shared_by_training_and_inference():
+    from wamkit.model.packing import attention_backend
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert attention_backend("auto", cuda, torch.bfloat16) == attention_backend("auto", cuda, "bfloat16") == "flex"
+    assert attention_backend("auto", cuda, torch.float32) == attention_backend("auto", cpu, "bfloat16") == "sdpa"
+    assert attention_backend("flex", cpu, torch.float32) == "flex"  # an explicit choice wins

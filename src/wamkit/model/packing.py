@@ -295,6 +295,14 @@ def _masked_attention(q, k, v, mask) -> torch.Tensor:
     return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
 
+def attention_backend(choice: str, device: torch.device, compute_dtype: str | torch.dtype) -> str:
+    """auto: flex block masks for bf16 on CUDA; dense SDPA masks otherwise (CPU, and fp32 on CUDA,
+    where inductor finds no flex kernel for small fp32 heads). Training and inference share it."""
+    if choice == "auto":
+        return "flex" if device.type == "cuda" and compute_dtype in ("bfloat16", torch.bfloat16) else "sdpa"
+    return choice
+
+
 def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
     """backend "sdpa": dense masks (CPU, tests); "flex": block-sparse flex attention (GPU)."""
     if backend == "flex":

@@ -17,7 +17,7 @@ from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
-from wamkit.model.packing import install_packed_attention
+from wamkit.model.packing import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
 
@@ -38,8 +38,9 @@ class Policy(ContractModel):
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
         self.cache_text = bool(cache_text)
-        device = next(self.model.parameters()).device
-        self.processor = install_packed_attention(self.model, ("flex" if device.type == "cuda" else "sdpa") if attention == "auto" else attention)
+        param = next(self.model.parameters())
+        device = param.device
+        self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
         if use_graphs and hasattr(self.video_tokenizer, "enable_cuda_graphs"):

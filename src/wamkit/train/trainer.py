@@ -18,6 +18,7 @@ from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
+from wamkit.model.packing import attention_backend
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
@@ -34,14 +35,6 @@ RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
 }
-
-
-def attention_backend(choice: str, device: torch.device, compute_dtype: str) -> str:
-    """auto: flex block masks for bf16 training on CUDA; dense SDPA masks otherwise (CPU, and fp32
-    on CUDA, where inductor finds no flex kernel for small fp32 heads)."""
-    if choice == "auto":
-        return "flex" if device.type == "cuda" and compute_dtype == "bfloat16" else "sdpa"
-    return choice
 
 
 def sample_generator(seed: int, position: int) -> torch.Generator:
