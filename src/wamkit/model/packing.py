@@ -191,7 +191,9 @@ class PackedAttention:
         # (full sequence; each layer's text K/V is copied into a persistent buffer) or "replay" (the
         # sequence holds generation tokens only; text K/V come from the buffers, layer by layer).
         self.text_cache, self.text_cache_owner = "off", None
-        self._kv_sets: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # one set per text length
+        # One set per text length, never evicted: captured CUDA graphs (record and replay) read these
+        # addresses, and a re-allocated set would split the two. Memory: layers x 2 x text x kv width.
+        self._kv_sets: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._kv_buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._layer_cursor = 0
         self.layout_key: tuple | None = None  # set by packed_layout; identifies the masks (CUDA graph key)
