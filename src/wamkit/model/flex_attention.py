@@ -8,7 +8,7 @@ from collections import OrderedDict
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from wamkit.model.packing import PackedAttention
+from wamkit.model.packing import PackedAttention, sdpa_attention
 
 _compiled_flex = None
 
@@ -77,7 +77,7 @@ class FlexPackedAttention(PackedAttention):
 
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
         if self._single:
-            return _dense_attention(q, k, v, causal=pathway == "und")
+            return sdpa_attention(q, k, v, causal=pathway == "und")
         block = self.und_block if pathway == "und" else self.gen_block
         fn = _flex() if self.compiled else flex_attention
         device = q.device.type
@@ -88,11 +88,3 @@ class FlexPackedAttention(PackedAttention):
             out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
         return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
-
-def _dense_attention(q, k, v, causal: bool) -> torch.Tensor:
-    """[N, H, D] queries over [M, H_kv, D] keys -> [N, H*D]; GQA heads expanded for the fused kernels."""
-    groups = q.shape[1] // k.shape[1]
-    k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), is_causal=causal)
-    return out.squeeze(0).transpose(0, 1).flatten(-2, -1)

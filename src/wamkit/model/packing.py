@@ -280,7 +280,7 @@ class PackedAttention:
 
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
         """[N, H, D] tensors -> [N, H*D]; dense boolean masks through SDPA (the CPU/test path)."""
-        return _masked_attention(q, k, v, self.und_mask if pathway == "und" else self.gen_mask)
+        return sdpa_attention(q, k, v, self.und_mask if pathway == "und" else self.gen_mask)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -288,12 +288,17 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _masked_attention(q, k, v, mask) -> torch.Tensor:
-    """[N, H, D] tensors -> [N, H*D]; GQA handled by SDPA."""
+def sdpa_attention(q, k, v, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+    """[N, H, D] queries over [M, H_kv, D] keys -> [N, H*D]. With a dense mask SDPA handles GQA; without
+    one (plain causal / full attention) the K/V heads are expanded so SDPA's fused kernels apply."""
+    if mask is None:
+        groups = q.shape[1] // k.shape[1]
+        k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+        options = {"is_causal": causal}
+    else:
+        options = {"attn_mask": mask.to(q.device), "enable_gqa": True}
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-        attn_mask=mask.to(q.device), enable_gqa=True,
-    )
+        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), **options)
     return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
 
