@@ -31,13 +31,13 @@ def _samples(n: int, seed: int = 0, with_state: bool = True) -> list[TrainingSam
     return out
 
 
-def _objective(mode: str, weights=None) -> ModeObjective:
+def _objective(mode: str, weights=None, **diffusion) -> ModeObjective:
     torch.manual_seed(0)
     video_tok = build_video_tokenizer("pixel", "", 8)
     model = build_transformer("tiny", video_tok.latent_channels, A, 4)
     with torch.no_grad():
         model.action_modality_embed.normal_()
-    return ModeObjective(model, video_tok, build_text_tokenizer("", 32), DiffusionConfig(), "{task}", 10.0, "sdpa", mode=mode, mode_weights=weights)
+    return ModeObjective(model, video_tok, build_text_tokenizer("", 32), DiffusionConfig(**diffusion), "{task}", 10.0, "sdpa", mode=mode, mode_weights=weights)
 
 
 def _gens(n: int, seed: int = 100) -> list[torch.Generator]:
@@ -168,3 +168,23 @@ def test_mode_config_validation(tmp_path):
         load_experiment(None, base + ['model.mode="mixed"', "model.mode_weights.policy=0", "model.mode_weights.forward_dynamics=0"])
     with pytest.raises(ConfigError, match="did you mean"):
         load_experiment(None, base + ["model.mode_weights.forward=1"])
+
+
+def test_video_residual_noises_the_difference_from_frame_zero():
+    """With diffusion.video_residual the noisy video is built from frames 1.. minus frame 0: a clip
+    whose frames never change has an all-zero target, so the noisy tokens are pure scaled noise."""
+    plain, residual = _objective("forward_dynamics"), _objective("forward_dynamics", video_residual=True)
+    seen_plain, seen_residual = _capture(plain.model), _capture(residual.model)
+    static = _samples(2)
+    for s in static:
+        s.video = s.video[:1].expand_as(s.video).clone()
+    plain(static, _gens(2))
+    residual(static, _gens(2))
+    for fed_p, fed_r in zip(seen_plain["vision_tokens"], seen_residual["vision_tokens"]):
+        torch.testing.assert_close(fed_r[0][:, 0], fed_p[0][:, 0])  # the observed frame is fed as it is
+        # Same noise eps and level s: plain x_s = s*eps + (1-s)*x0, residual x_s = s*eps (its x0 is 0).
+        x0 = fed_p[0][:, :1].expand_as(fed_p[0][:, 1:])
+        diff = fed_p[0][:, 1:] - fed_r[0][:, 1:]
+        keep = float((diff * x0).sum() / (x0 * x0).sum())  # 1 - s
+        assert 0.0 < keep < 1.0
+        torch.testing.assert_close(diff, keep * x0, atol=1e-5, rtol=1e-4)

@@ -138,3 +138,19 @@ def test_bad_inputs_are_rejected(real_model):
     with pytest.raises(ValueError, match="solver"):
         sample_video(real_model, install_packed_attention(real_model), PixelTokenizer(8), ByteTokenizer(32), frames, actions,
                      states, num_steps=2, shift=1.0, solver="dpm")
+
+
+def test_video_residual_adds_frame_zero_back():
+    """The network's output is the difference from frame 0: the same velocity field lands on
+    x0 + latent frame 0 when the run generates residuals, and on x0 otherwise."""
+    tok = PixelTokenizer(8)
+    frames, actions, states = _inputs(2)
+    runs = {}
+    for residual in (False, True):
+        model = FakeVelocity(build_transformer("tiny", latent_channel=12, max_action_dim=MAX_DIM, num_domains=4).config, 0.25)
+        _, runs[residual] = sample_video(model, install_packed_attention(model), tok, ByteTokenizer(32), frames, actions, states,
+                                         num_steps=4, shift=3.0, generator=torch.Generator().manual_seed(0), fps=10.0,
+                                         prompts=["a", "b"], return_latents=True, video_residual=residual)
+    first = tok.encode(frames.unsqueeze(1))[:, :, :1]
+    torch.testing.assert_close(runs[True][:, :, :1], first)
+    torch.testing.assert_close(runs[True][:, :, 1:], runs[False][:, :, 1:] + first, atol=1e-5, rtol=1e-5)

@@ -115,6 +115,10 @@ class DiffusionConfig:
     # target chunk per sample, keeps every other chunk clean, and its tokens attend only to earlier
     # chunks and themselves (wamkit.model.packing.SequenceSample.causal_chunk_frames)
     causal_chunk_frames: int = 0
+    # Generate future video latents as differences from the observed latent frame 0 (zero = copy the
+    # last frame), so a world model only has to learn what moves. For models trained from scratch on
+    # the pixel tokenizer; a pretrained Cosmos3 was trained on absolute latents (keep it off there).
+    video_residual: bool = False
 
 
 @dataclass

@@ -27,3 +27,21 @@ def sample_sigmas(n: int, generator: torch.Generator, shift: float, logit_mean: 
 def add_noise(x0: torch.Tensor, sigma: float, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (x_sigma, velocity target)."""
     return sigma * noise + (1.0 - sigma) * x0, noise - x0
+
+
+def to_video_residual(latents: torch.Tensor) -> torch.Tensor:
+    """Latent frames 1.. as differences from latent frame 0 (time is dim -3: [.., C, T, h, w]).
+
+    With `diffusion.video_residual` the network generates these differences, so an all-zero
+    prediction is the copy-last-frame video and only what changes has to be learned. Frame 0 (the
+    observed, clean frame) is kept as it is."""
+    out = latents.clone()
+    out[..., 1:, :, :] -= latents[..., :1, :, :]
+    return out
+
+
+def from_video_residual(latents: torch.Tensor) -> torch.Tensor:
+    """The inverse of `to_video_residual`."""
+    out = latents.clone()
+    out[..., 1:, :, :] += latents[..., :1, :, :]
+    return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas
+from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
 
 
@@ -54,6 +54,7 @@ class ModeObjective:
         self.fps = fps
         self.processor = install_packed_attention(model, attention)
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
+        self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
@@ -81,10 +82,13 @@ class ModeObjective:
         return sample.latents.shape[-2] * factor, sample.latents.shape[-1] * factor
 
     def latents_of(self, samples) -> list[torch.Tensor]:
-        """Cached latents where the samples carry them, else tokenize the videos now."""
+        """Cached latents where the samples carry them, else tokenize the videos now; as residuals
+        from latent frame 0 with `diffusion.video_residual`."""
         if all(s.latents is not None for s in samples):
-            return [s.latents for s in samples]
-        return self.encode_videos([s.video for s in samples])
+            latents = [s.latents for s in samples]
+        else:
+            latents = self.encode_videos([s.video for s in samples])
+        return [to_video_residual(x) for x in latents] if self.video_residual else latents
 
     def sample_mode(self, generator: torch.Generator) -> str:
         """A fixed mode draws nothing (the generator stream stays the policy-only one); mixed draws

@@ -219,8 +219,11 @@ class Trainer:
         cfg = self.cfg.trainer
         self.optimizer.zero_grad(set_to_none=True)
         totals = {"loss": 0.0, "video_loss": 0.0, "action_loss": 0.0}
+        data_wait = 0.0  # seconds blocked on the loader: near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
+            t0 = time.perf_counter()
             samples = next(stream)
+            data_wait += time.perf_counter() - t0
             first = self.consumed + self.ctx.rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
             with self.compute_precision():
@@ -244,7 +247,7 @@ class Trainer:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model, self.step)
-        return {**totals, "grad_norm": grad_norm.item(), "lr": self.optimizer.param_groups[0]["lr"]}
+        return {**totals, "grad_norm": grad_norm.item(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
 
     @torch.no_grad()
     def validate(self) -> float:

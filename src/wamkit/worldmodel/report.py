@@ -278,12 +278,12 @@ def _json_safe(x):
     return x
 
 
-def default_out_dir(wm: WorldModel) -> Path:
+def default_out_dir(wm: WorldModel, use_ema: bool = True) -> Path:
     src = wm.loaded.source
     if "export" in src:
         return Path(src["export"]) / "eval_wm"
     ckpt = Path(src["checkpoint"])
-    return ckpt.parent.parent / "eval_wm" / ckpt.name
+    return ckpt.parent.parent / "eval_wm" / (ckpt.name if use_ema else f"{ckpt.name}_raw")
 
 
 def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=None, num_steps: int = 30,
@@ -305,7 +305,7 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     if episodes is None or len(episodes) == 0:
         episodes = list(wm.contract.get("val_episodes") or [])[:1] or ds.episode_indices[:1]
     episodes = [int(e) for e in episodes]
-    out = Path(out_dir) if out_dir else default_out_dir(wm)
+    out = Path(out_dir) if out_dir else default_out_dir(wm, use_ema)
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,
                       psnr_threshold=psnr_threshold)
     for mode, res in report["results"].items():

@@ -100,6 +100,7 @@ class WorldModel(ContractModel):
             num_steps=self.num_steps, shift=self.shift_for(first_frames[0]), guidance=self.guidance,
             guidance_interval=self.guidance_interval, generator=generators, fps=self.fps, solver=self.solver,
             prompts=prompts, domain_id=int(self.contract.get("domain_id", 0)),
+            video_residual=bool(self.loaded.diffusion.get("video_residual", False)),
         ).cpu()
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from wamkit.diffusion.flow import from_video_residual
 from wamkit.diffusion.sampling import _generators, sigma_schedule
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
@@ -75,7 +76,7 @@ def sample_video(
     states: torch.Tensor | None, num_steps: int, shift: float, guidance: float = 1.0,
     guidance_interval: Sequence[float] = (0.0, 1.0), generator: torch.Generator | list[torch.Generator] | None = None,
     fps: float = 10.0, solver: str = "euler", prompts: Sequence[str] | None = None, domain_id: int = 0,
-    uncond_prompt: str = "", return_latents: bool = False, cache_text: bool = True,
+    uncond_prompt: str = "", return_latents: bool = False, cache_text: bool = True, video_residual: bool = False,
 ):
     """Generate T future frames per sample; returns decoded uint8 video [B, T+1, H, W, 3] (frame 0 is
     the tokenizer's reconstruction of the observed frame), or (video, latents) with `return_latents`.
@@ -84,7 +85,9 @@ def sample_video(
     [B, T, max_action_dim]; states: normalized, padded [B, max_action_dim] or None (no state row);
     prompts: the text exactly as the model sees it (default: empty prompts). `generator`: one
     generator (noise drawn sample after sample) or one per sample. `cache_text`: the text pathway
-    runs once per layout instead of once per step (exact; wamkit.model.denoise)."""
+    runs once per layout instead of once per step (exact; wamkit.model.denoise). `video_residual`:
+    the model generates frames 1.. as differences from frame 0 (the run's `diffusion.video_residual`);
+    they are added back before decoding, and the returned latents are absolute."""
     max_action_dim = int(model.config.action_dim)
     b = int(first_frames.shape[0]) if first_frames.ndim == 4 else 0
     prompts = list(prompts) if prompts is not None else [""] * b
@@ -140,6 +143,8 @@ def sample_video(
             videos[i][:, 0] = x0_frames[i]  # frame 0 is conditioning: elementwise solvers never mix frames
 
     latents = torch.stack(videos)
+    if video_residual:
+        latents = from_video_residual(latents)
     decoded = video_tokenizer.decode(latents)
     return (decoded, latents) if return_latents else decoded
 
