@@ -147,6 +147,8 @@ def main(argv=None) -> int:
     p.add_argument("--fsdp", action="store_true", help="shard with wamkit's parallelize() (automatic under torchrun)")
     p.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--replicate", type=int, default=1, help="HSDP: replicate degree (shard degree = world / replicate)")
+    p.add_argument("--replicate-frozen", action="store_true", help="keep frozen (text-pathway) weights whole on every GPU")
+    p.add_argument("--prefetch", type=int, default=0, help="explicit FSDP2 prefetch, in layers (0: FSDP2's own)")
     args = p.parse_args(argv)
 
     ctx = init_distributed(args.device)
@@ -162,7 +164,8 @@ def main(argv=None) -> int:
     rate = matmul_rate(device, dtype)
     if args.fsdp:  # bf16 storage as in the single-GPU rows, so the comparison isolates sharding cost
         knobs = SimpleNamespace(activation_checkpointing="none", compile=args.compile and device.type == "cuda",
-                                param_dtype="bfloat16", reduce_dtype="float32", reshard_after_forward=args.reshard_after_forward)
+                                param_dtype="bfloat16", reduce_dtype="float32", reshard_after_forward=args.reshard_after_forward,
+                                replicate_frozen=args.replicate_frozen, prefetch_layers=args.prefetch)
         mesh = build_mesh(ParallelDims(args.replicate, ctx.world_size // args.replicate), device)
         model = parallelize(model, mesh, SimpleNamespace(parallel=knobs))
         args.baseline = False
@@ -182,7 +185,9 @@ def main(argv=None) -> int:
         n = int(packed_n[key])
         packed = run_case(model, SHAPES[key], n, True, args, device, dtype)
         layout = f"HSDP {args.replicate}x{ctx.world_size // args.replicate}" if args.replicate > 1 else f"FSDP2 x{ctx.world_size}"
-        fsdp = f", {layout}{'' if args.reshard_after_forward else ' no-reshard'}" if args.fsdp else ""
+        extras = ("" if args.reshard_after_forward else " no-reshard") + (" frozen-replicated" if args.replicate_frozen else "") + \
+            (f" prefetch {args.prefetch}" if args.prefetch else "")
+        fsdp = f", {layout}{extras}" if args.fsdp else ""
         rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile and device.type == 'cuda' else ''}{fsdp})", n, packed))
         mfu[key] = packed["flops"] / packed["seconds"] / rate if rate == rate else float("nan")
 

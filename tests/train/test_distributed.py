@@ -50,3 +50,21 @@ def test_two_process_fsdp_matches_one_process_and_resumes_in_one(demo_root, tmp_
     assert "resumed" in resumed.stdout and "at step 4" in resumed.stdout and "world size 1" in resumed.stdout
     losses = _losses(tmp_path / "two")
     assert len(losses) == 6 and all(map(lambda v: v == v, losses))
+
+
+def test_replicated_frozen_weights_and_prefetch_train_like_one_process(demo_root, tmp_path):
+    """parallel.replicate_frozen keeps the frozen text pathway out of FSDP (plain tensors on every
+    rank) and prefetch_layers reorders the all-gathers: neither may change the numbers, and the
+    checkpoint still loads in one process."""
+    knobs = ["--set", "parallel.replicate_frozen=true", "--set", "parallel.prefetch_layers=1"]
+    two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *knobs]
+    one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
+    _torchrun(["train", str(DEMO_RECIPE), *two])
+    run_cli(["train", str(DEMO_RECIPE), *one])
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
+    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
+    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
+    frozen = [k for k in single if "und" in k or "embed_tokens" in k]
+    assert frozen, "the demo model has no frozen text-pathway weights to replicate"
+    for key in single:
+        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)

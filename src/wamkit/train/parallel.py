@@ -115,10 +115,33 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
 
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype])
     fsdp_mesh = mesh if mesh.size(0) > 1 else mesh["dp_shard"]
+    replicate_frozen = bool(getattr(p, "replicate_frozen", False))
     for layer in model.layers:
-        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward)
-    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward)
+        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
+                    ignored_params=_frozen(layer, DTYPES[p.param_dtype]) if replicate_frozen else None)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
+                ignored_params=_frozen(model, DTYPES[p.param_dtype]) if replicate_frozen else None)
+    prefetch_layers(list(model.layers), int(getattr(p, "prefetch_layers", 0) or 0))
     return model
+
+
+def _frozen(module: torch.nn.Module, dtype: torch.dtype) -> set[torch.nn.Parameter]:
+    """The module's frozen parameters, cast to the compute dtype: FSDP2 leaves them whole on every
+    rank (never gathered) and does not cast them, and nothing needs an fp32 master copy of them."""
+    frozen = {q for q in module.parameters() if not q.requires_grad}
+    for q in frozen:
+        q.data = q.data.to(dtype)
+    return frozen
+
+
+def prefetch_layers(layers: list, n: int) -> None:
+    """Issue the all-gathers of the next n layers (forward) / previous n layers (backward) early,
+    instead of relying on the CPU running far enough ahead of the GPU."""
+    if n <= 0:
+        return
+    for i, layer in enumerate(layers):
+        layer.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + n])
+        layer.set_modules_to_backward_prefetch(layers[max(0, i - n) : i][::-1])
 
 
 def all_reduce_mean(value: float, ctx: DistContext) -> float:
