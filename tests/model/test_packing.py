@@ -101,3 +101,37 @@ def test_attention_backend_auto_rule_is_shared_by_training_and_inference():
     assert attention_backend("auto", cuda, torch.bfloat16) == attention_backend("auto", cuda, "bfloat16") == "flex"
     assert attention_backend("auto", cuda, torch.float32) == attention_backend("auto", cpu, "bfloat16") == "sdpa"
     assert attention_backend("flex", cpu, torch.float32) == "flex"  # an explicit choice wins
+
+
+@pytest.mark.parametrize("chunk_frames", [0, 1])  # bidirectional, block-causal teacher forcing
+def test_per_sample_backend_matches_dense_masks_with_gradients(chunk_frames):
+    """`per_sample` (fused SDPA sample by sample) gives the dense-mask outputs and gradients."""
+    gen = torch.Generator().manual_seed(5)
+    samples = [_sample(gen, 5, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 9, 3, 4, 6, 9, 0.7, 1, False),
+               _sample(gen, 1, 3, 2, 2, 9, 0.5, 2, True)]
+    for s in samples:
+        s.causal_chunk_frames = chunk_frames
+    model = _model()
+    batch = pack_samples(samples, model.config)
+    results = []
+    for backend in ("sdpa", "per_sample"):
+        model.zero_grad(set_to_none=True)
+        processor = install_packed_attention(model, backend)
+        with packed_layout(processor, batch):
+            out = model(**batch.forward_kwargs)
+        sum(o.square().sum() for o in out.sample + out.action).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append(([o.detach() for o in out.sample + out.action], grads))
+    (want, want_grads), (got, got_grads) = results
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert len(got_grads) == len(want_grads) > 0
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_per_sample_backend_refuses_an_unordered_pack():
+    from wamkit.model.packing import PerSampleAttention
+
+    with pytest.raises(ValueError, match="contiguous"):
+        PerSampleAttention().set_layout(torch.tensor([0, 1, 0]), torch.tensor([0, 1]))

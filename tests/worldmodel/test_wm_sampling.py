@@ -102,7 +102,7 @@ def real_model():
 
 
 def _real(model, frames, actions, states, generator, **kw):
-    return sample_video(model, install_packed_attention(model), PixelTokenizer(8), ByteTokenizer(32), frames, actions, states,
+    return sample_video(model, install_packed_attention(model, kw.get("backend", "sdpa")), PixelTokenizer(8), ByteTokenizer(32), frames, actions, states,
                         num_steps=kw.get("num_steps", 3), shift=2.0, generator=generator, fps=10.0,
                         guidance=kw.get("guidance", 1.0), prompts=kw.get("prompts"), return_latents=True,
                         guidance_interval=kw.get("guidance_interval", (0.0, 1.0)), cache_text=kw.get("cache_text", True))[1]
@@ -119,10 +119,11 @@ def test_batch_equals_one_at_a_time_and_actions_matter(real_model):
     assert torch.isfinite(batched).all()
 
 
-def test_text_kv_cache_is_exact_when_guided_and_plain_layouts_alternate(real_model):
+@pytest.mark.parametrize("backend", ["sdpa", "per_sample"])
+def test_text_kv_cache_is_exact_when_guided_and_plain_layouts_alternate(real_model, backend):
     frames, actions, states = _inputs(2, seed=4)
     kw = dict(num_steps=5, guidance=2.5, guidance_interval=(0.5, 0.8), prompts=["push the block", "open the drawer now"])
-    cached = _real(real_model, frames, actions, states, torch.Generator().manual_seed(1), **kw)
+    cached = _real(real_model, frames, actions, states, torch.Generator().manual_seed(1), backend=backend, **kw)
     plain = _real(real_model, frames, actions, states, torch.Generator().manual_seed(1), cache_text=False, **kw)
     torch.testing.assert_close(cached, plain, atol=1e-6, rtol=1e-5)
     unguided = _real(real_model, frames, actions, states, torch.Generator().manual_seed(1), **{**kw, "guidance": 1.0})

@@ -15,7 +15,7 @@ SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed
 NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 TOKENIZER_KINDS = ("pixel", "wan2.2")
-ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
 
@@ -96,7 +96,9 @@ class ModelConfig:
     max_action_dim: int = 36
     num_domains: int = 32
     train_text_pathway: bool = False
-    attention: str = "auto"  # auto (flex for bf16 on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks)
+    # auto (flex for bf16 on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks) |
+    # per_sample (fused SDPA sample by sample: no pack-wide masks, nothing compiled)
+    attention: str = "auto"
 
 
 @dataclass

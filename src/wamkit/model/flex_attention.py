@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from wamkit.model.packing import PackedAttention, sdpa_attention
 
@@ -66,9 +66,16 @@ class FlexPackedAttention(PackedAttention):
                 return gen_ids[q] == kv_ids[kv]
             return (gen_ids[q] == kv_ids[kv]) & (kv_chunks[kv] <= gen_chunk_ids[q])  # block-causal
 
-        n_und, n_gen, device = len(und_ids), len(gen_ids), und_ids.device
-        return (create_block_mask(und_mask, None, None, n_und, n_und, device=device),
-                create_block_mask(gen_mask, None, None, n_gen, n_und + n_gen, device=device))
+        # Which tiles are empty, partial or full follows from each tile's range of sample ids (and
+        # chunk ids), so the masks are built tile by tile: create_block_mask would evaluate the mask
+        # at every (q, kv) pair, ~2.5e9 of them for 16 packed world-model samples, at every step.
+        und_q, und_kv = _TileRanges(und_ids), _TileRanges(und_ids)
+        und_full, und_any = _tile_classes(und_q, und_kv, causal=True)
+        kv = _TileRanges(kv_ids, kv_chunks)
+        gen_q = _TileRanges(gen_ids, gen_chunk_ids)
+        gen_full, gen_any = _tile_classes(gen_q, kv, causal=False)
+        return (_block_mask(und_full, und_any, und_mask, len(und_ids), len(und_ids)),
+                _block_mask(gen_full, gen_any, gen_mask, len(gen_ids), len(kv_ids)))
 
     def clear(self) -> None:
         super().clear()
@@ -88,3 +95,55 @@ class FlexPackedAttention(PackedAttention):
             out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
         return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
 
+
+
+TILE = 128  # flex attention's default block size
+
+
+class _TileRanges:
+    """Per tile of TILE consecutive tokens: first/last token position and min/max sample id (and
+    chunk id). Sample ids are sorted within each of a sequence's runs, so tiles whose id ranges do
+    not meet share no sample; ranges that meet are treated as sharing one (a tile over the boundary
+    of two runs can only be over-counted as partial, which costs speed, never correctness)."""
+
+    def __init__(self, ids: torch.Tensor, chunks: torch.Tensor | None = None):
+        n = len(ids)
+        self.count = -(-n // TILE)
+        starts = torch.arange(self.count, device=ids.device) * TILE
+        self.first, self.last = starts, torch.clamp(starts + TILE - 1, max=n - 1)
+        self.whole = self.last - self.first == TILE - 1  # a short tail tile is never "full" (as create_block_mask)
+        self.id_min, self.id_max = _tile_min_max(ids, self.count)
+        self.chunk_min, self.chunk_max = _tile_min_max(chunks, self.count) if chunks is not None else (None, None)
+
+
+def _tile_min_max(values: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    pad = count * TILE - len(values)
+    tiles = torch.cat([values, values[-1:].expand(pad)]).view(count, TILE)  # the tail repeats its last value
+    return tiles.amin(1), tiles.amax(1)
+
+
+def _tile_classes(q: _TileRanges, kv: _TileRanges, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(full, any) [q tiles, kv tiles]: every pair allowed / possibly some pair allowed."""
+    col = lambda x: x[:, None]  # noqa: E731
+    one_sample = (col(q.id_min) == col(q.id_max)) & (kv.id_min == kv.id_max) & (col(q.id_min) == kv.id_min)
+    meet = (col(q.id_min) <= kv.id_max) & (kv.id_min <= col(q.id_max))
+    full, any_ = one_sample & col(q.whole) & kv.whole, meet
+    if causal:  # kv <= q
+        full = full & (kv.last <= col(q.first))
+        any_ = any_ & (kv.first <= col(q.last))
+    if q.chunk_min is not None:  # block-causal: kv chunk <= q chunk
+        full = full & (kv.chunk_max <= col(q.chunk_min))
+        any_ = any_ & (kv.chunk_min <= col(q.chunk_max))
+    return full, any_
+
+
+def _block_mask(full: torch.Tensor, any_: torch.Tensor, mask_mod, q_len: int, kv_len: int) -> BlockMask:
+    partial = any_ & ~full
+
+    def ordered(dense: torch.Tensor):  # kv tiles listed first-to-last per q tile, used ones first
+        counts = dense.sum(-1, dtype=torch.int32)
+        order = torch.argsort(dense.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+        return counts[None, None], order[None, None]
+
+    return BlockMask.from_kv_blocks(*ordered(partial), *ordered(full), BLOCK_SIZE=TILE, mask_mod=mask_mod,
+                                    seq_lengths=(q_len, kv_len))

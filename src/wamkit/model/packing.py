@@ -283,6 +283,47 @@ class PackedAttention:
         return sdpa_attention(q, k, v, self.und_mask if pathway == "und" else self.gen_mask)
 
 
+class PerSampleAttention(PackedAttention):
+    """The packed layout, attended sample by sample through SDPA's fused kernels. Exact like the
+    masked paths, but nothing is built over the whole pack (no N x N mask, no block mask) and
+    nothing is compiled, so packs whose lengths change every step (world-model batches with prompts
+    of different lengths) cost no recompilation. A block-causal layout adds one small mask per sample."""
+
+    def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
+        n = int(max(und_ids.max(), gen_ids.max())) + 1
+        self.und_segments, self.gen_segments = _segments(und_ids, n), _segments(gen_ids, n)
+        self.text_length = len(und_ids)
+        self.chunk_masks = None
+        if gen_chunk_ids is not None:  # per sample: text always visible, generation keys of chunks <= own
+            self.chunk_masks = []
+            for (us, ue), (gs, ge) in zip(self.und_segments, self.gen_segments):
+                chunks = gen_chunk_ids[gs:ge]
+                kv_chunks = torch.cat([torch.full((ue - us,), -1, dtype=chunks.dtype, device=chunks.device), chunks])
+                self.chunk_masks.append(kv_chunks[None, :] <= chunks[:, None])
+        self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
+
+    def captured_state(self) -> tuple:
+        return self.chunk_masks, list(self._kv_buffers)
+
+    def attend(self, q, k, v, pathway: str) -> torch.Tensor:
+        if pathway == "und":
+            return torch.cat([sdpa_attention(q[s:e], k[s:e], v[s:e], causal=True) for s, e in self.und_segments])
+        outs = []
+        for i, ((us, ue), (gs, ge)) in enumerate(zip(self.und_segments, self.gen_segments)):
+            keys = slice(self.text_length + gs, self.text_length + ge)
+            mask = self.chunk_masks[i] if self.chunk_masks is not None else None
+            outs.append(sdpa_attention(q[gs:ge], torch.cat([k[us:ue], k[keys]]), torch.cat([v[us:ue], v[keys]]), mask))
+        return torch.cat(outs)
+
+
+def _segments(ids: torch.Tensor, n: int) -> list[tuple[int, int]]:
+    """[start, end) of each sample's run in a sequence whose sample ids ascend (pack order)."""
+    if len(ids) > 1 and bool((ids[1:] < ids[:-1]).any()):
+        raise ValueError("per-sample attention needs each sample's tokens contiguous and in pack order")
+    ends = torch.bincount(ids.long(), minlength=n).cumsum(0).tolist()
+    return list(zip([0] + ends[:-1], ends))
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
@@ -311,15 +352,18 @@ def attention_backend(choice: str, device: torch.device, compute_dtype: str | to
 
 
 def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
-    """backend "sdpa": dense masks (CPU, tests); "flex": block-sparse flex attention (GPU)."""
+    """backend "sdpa": dense masks (CPU, tests); "flex": block-sparse flex attention (GPU);
+    "per_sample": fused SDPA per sample (GPU, packs of changing lengths)."""
     if backend == "flex":
         from wamkit.model.flex_attention import FlexPackedAttention
 
         processor = FlexPackedAttention()
     elif backend == "sdpa":
         processor = PackedAttention()
+    elif backend == "per_sample":
+        processor = PerSampleAttention()
     else:
-        raise ValueError(f"unknown attention backend {backend!r}: use 'sdpa' or 'flex'")
+        raise ValueError(f"unknown attention backend {backend!r}: use 'sdpa', 'flex' or 'per_sample'")
     model.set_attn_processor(processor)
     return processor
 

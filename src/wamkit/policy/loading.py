@@ -64,6 +64,7 @@ def model_info_from_config(cfg: ExperimentConfig) -> dict:
         "max_text_tokens": cfg.model.max_text_tokens,
         "max_action_dim": cfg.model.max_action_dim,
         "num_domains": cfg.model.num_domains,
+        "attention": cfg.model.attention,
     }
 
 

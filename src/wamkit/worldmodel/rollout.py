@@ -29,7 +29,7 @@ import torch
 from wamkit.data import LeRobotV3Dataset
 from wamkit.data.canvas import compose_frames
 from wamkit.errors import WamkitError
-from wamkit.model.packing import install_packed_attention
+from wamkit.model.packing import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.worldmodel.sampling import sample_video
 
@@ -47,10 +47,12 @@ def _seed_for(seed: int, episode: int, chunk: int, salt: int = 0) -> int:
 
 class WorldModel(ContractModel):
     """A loaded model (wamkit.policy.loading.LoadedModel) used as an action-conditioned video
-    generator. Default sampling: 30 Euler steps, guidance 1.0, the training shift."""
+    generator. Default sampling: 30 Euler steps, guidance 1.0, the training shift, and the run's
+    `model.attention` backend."""
 
     def __init__(self, loaded, num_steps: int = 30, shift: float | None = None, guidance: float = 1.0,
-                 guidance_interval=(0.0, 1.0), solver: str = "euler", allow_any_mode: bool = False):
+                 guidance_interval=(0.0, 1.0), solver: str = "euler", allow_any_mode: bool = False,
+                 attention: str | None = None):
         mode = str(loaded.model_info.get("mode", "policy"))
         if mode not in WORLD_MODEL_TRAINING_MODES and not allow_any_mode:
             raise WorldModelError("model.mode", f"the checkpoint was trained in {mode!r} mode, which never learned to "
@@ -59,7 +61,9 @@ class WorldModel(ContractModel):
         self._init_contract(loaded)
         self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
         self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
-        self.processor = install_packed_attention(self.model)
+        param = next(self.model.parameters())
+        backend = attention or str(loaded.model_info.get("attention", "auto"))  # default: the run's own
+        self.processor = install_packed_attention(self.model, attention_backend(backend, param.device, param.dtype))
 
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":

@@ -1,0 +1,71 @@
+"""The tile-wise block masks of FlexPackedAttention against flex attention's own create_block_mask:
+same attention output on packed layouts (text causal per sample, generation bidirectional or
+block-causal per sample), never a full tile that create_block_mask calls partial or empty, and no
+more than a few extra partial tiles."""
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from wamkit.model.flex_attention import FlexPackedAttention
+
+
+def _layout(text_lengths, gen_lengths, chunk_frames=None):
+    und = torch.cat([torch.full((n,), i) for i, n in enumerate(text_lengths)])
+    gen = torch.cat([torch.full((n,), i) for i, n in enumerate(gen_lengths)])
+    chunks = None
+    if chunk_frames:  # chunk id of each generation token: equal runs of chunk_frames tokens per sample
+        chunks = torch.cat([torch.arange(n) // chunk_frames for n in gen_lengths])
+    return und, gen, chunks
+
+
+def _reference(und, gen, chunks):
+    kv_ids = torch.cat([und, gen])
+    kv_chunks = None if chunks is None else torch.cat([torch.full_like(und, -1), chunks])
+
+    def und_mask(b, h, q, kv):
+        return (und[q] == und[kv]) & (q >= kv)
+
+    def gen_mask(b, h, q, kv):
+        if kv_chunks is None:
+            return gen[q] == kv_ids[kv]
+        return (gen[q] == kv_ids[kv]) & (kv_chunks[kv] <= chunks[q])
+
+    return (create_block_mask(und_mask, None, None, len(und), len(und), device="cpu"),
+            create_block_mask(gen_mask, None, None, len(gen), len(kv_ids), device="cpu"))
+
+
+def _tiles(mask):
+    partial, full = mask.to_dense(), None
+    full_mask = mask.full_kv_num_blocks is not None
+    if full_mask:
+        from torch.nn.attention.flex_attention import BlockMask
+
+        full = BlockMask.from_kv_blocks(mask.full_kv_num_blocks, mask.full_kv_indices, BLOCK_SIZE=mask.BLOCK_SIZE,
+                                        seq_lengths=mask.seq_lengths).to_dense()
+        partial = BlockMask.from_kv_blocks(mask.kv_num_blocks, mask.kv_indices, BLOCK_SIZE=mask.BLOCK_SIZE,
+                                           seq_lengths=mask.seq_lengths).to_dense()
+    return partial.bool(), (full.bool() if full is not None else torch.zeros_like(partial, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("text,gen,chunk", [
+    ([5, 9], [300, 700], None),
+    ([32] * 4, [3080] * 4, None),  # the Meta-World world model: 32 text + 3080 generation tokens per sample
+    ([7, 130, 3], [257, 129, 512], None),
+    ([16, 16, 16], [400, 260, 390], 100),  # block-causal teacher forcing
+])
+def test_tile_masks_match_create_block_mask(text, gen, chunk):
+    und, gen_ids, chunks = _layout(text, gen, chunk)
+    ours = FlexPackedAttention._block_masks(und, gen_ids, chunks)
+    theirs = _reference(und, gen_ids, chunks)
+    g = torch.Generator().manual_seed(0)
+    for mine, ref, q_len, kv_len in zip(ours, theirs, (len(und), len(gen_ids)), (len(und), len(und) + len(gen_ids))):
+        q = torch.randn(1, 2, q_len, 16, generator=g)
+        k, v = torch.randn(1, 2, kv_len, 16, generator=g), torch.randn(1, 2, kv_len, 16, generator=g)
+        torch.testing.assert_close(flex_attention(q, k, v, block_mask=mine), flex_attention(q, k, v, block_mask=ref))
+        my_partial, my_full = _tiles(mine)
+        ref_partial, ref_full = _tiles(ref)
+        assert not (my_full & ~ref_full).any()  # a full tile skips the mask: it must really be full
+        assert not ((ref_partial | ref_full) & ~(my_partial | my_full)).any()  # no allowed tile dropped
+        extra = int((my_partial | my_full).sum() - (ref_partial | ref_full).sum())
+        assert extra <= 2 * len(text) + 2, f"{extra} tiles more than create_block_mask"
