@@ -12,11 +12,13 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.data.canvas import CanvasTransform
+from wamkit.data.frame_pool import ship_from_workers
 from wamkit.data.normalize import Normalizer
 from wamkit.data.windows import Window
 from wamkit.errors import DataError
 
 
+@ship_from_workers
 @dataclass
 class TrainingSample:
     """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool;

@@ -18,6 +18,8 @@ conversion is always single-threaded: swscale's threads cost more than they save
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -45,6 +47,7 @@ class _Reader:
             self.stream.thread_type = "AUTO"
         else:  # DataLoader workers already keep every core busy: codec threads would only add CPU time
             self.stream.codec_context.thread_count = 1
+            _reuse_freed_frame_memory()
         self.time_base = float(self.stream.time_base)
         # keyframe times (decode timestamps, <= their pts) from the container's index; empty if unindexed
         self.keyframes = np.sort(np.asarray([e.timestamp for e in self.stream.index_entries if e.is_keyframe],
@@ -89,6 +92,21 @@ class _Reader:
     def to_rgb(self, frame: av.VideoFrame) -> np.ndarray:
         """uint8 [H, W, 3] (a view of the converted frame's buffer)."""
         return self.rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+
+@functools.cache
+def _reuse_freed_frame_memory() -> None:
+    """Make glibc keep freed memory for reuse in this (worker) process. Each converted RGB frame is a new
+    0.2-1 MB allocation; glibc serves that size with mmap or trims the freed heap top back to the OS, so a
+    480p window faulted its conversion memory in again every time (~1,800 page faults, 4 of its 20 ms).
+    The thresholds are fixed at the largest values glibc's own dynamic adjustment would reach. Without
+    glibc (no libc.so.6) nothing changes."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: allocations below 32 MiB come from the heap
+    libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD: keep up to 64 MiB of free heap top
 
 
 _cache: OrderedDict[Path, _Reader] = OrderedDict()

@@ -6,19 +6,20 @@ window never crosses an episode boundary. Only the frames a window needs are dec
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
+from wamkit.data.frame_pool import frame_buffer, ship_from_workers
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.selection import KeepRanges, NoWindowsKept, trajectory_keys
 from wamkit.errors import DataError
 
 
+@ship_from_workers
 @dataclass
 class Window:
     """One clip: video [V, T+1, H, W, 3] uint8 -- a list of V [T+1, H_v, W_v, 3] when the cameras differ in
@@ -119,12 +120,12 @@ class WindowDataset(Dataset):
         [T+1, H_v, W_v, 3] when the cameras differ in size."""
         sizes = [self.dataset.frame_size(cam) for cam in self.camera_keys]
         if len(set(sizes)) > 1:
-            views = [_frame_buffer((len(frames), h, w, 3)) for h, w in sizes]
+            views = [frame_buffer((len(frames), h, w, 3)) for h, w in sizes]
             for view, cam in zip(views, self.camera_keys):
                 self.dataset.decode_frames(ep, cam, frames, out=view.numpy())
             return views
         (h, w), views = sizes[0], len(sizes)
-        buffer = _frame_buffer((len(frames), h, views * w, 3))
+        buffer = frame_buffer((len(frames), h, views * w, 3))
         array = buffer.numpy()
         for v, cam in enumerate(self.camera_keys):
             self.dataset.decode_frames(ep, cam, frames, out=array[:, :, v * w:(v + 1) * w])
@@ -138,15 +139,6 @@ class WindowDataset(Dataset):
             raise DataError(f"{self.dataset._data_path(ep)}[{key!r}]", f"{len(bad)} NaN/inf value(s) in the window "
                             f"of episode {ep} starting at frame {start}; first at frame_index {start + r}, channel {c}",
                             "repair or drop those frames (`wamkit data doctor` lists every one)")
-
-
-def _frame_buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """Empty uint8 tensor for decoded frames. In a DataLoader worker it is allocated in shared memory,
-    where DataLoader would otherwise copy it: handing it to the training process copies nothing."""
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 
 def _as_2d(x: np.ndarray) -> np.ndarray:
