@@ -5,12 +5,8 @@ same demonstrations with the same number of samples seen, evaluated in the same 
         [--batch-size 8] [--episodes 20] [--seed 1000] [--methods wamkit,act,diffusion] [--device cpu|cuda]
         [--out runs/policy_quality] [--recipe recipes/metaworld_reach_tiny.toml] [--set KEY=VALUE ...]
 
-On the H200 machine (wheels from benchmarks/policy_quality_wheels.sh; nothing can be fetched there):
-
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \\
-      && export PYTHONPATH=/tmp/site:src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl \\
-      && python3 benchmarks/policy_quality.py --device cuda --samples 12000 --episodes 20 --seed 1000 \\
-        --dp-scheduler DDIM --dp-inference-steps 10 --set data.num_workers=4 --out $OUT/policy_quality
+On the H200 machine: `benchmarks/policy_quality_wheels.sh` fetches what it lacks (too much for one
+device call), `benchmarks/policy_quality_device.sh` runs the recorded configuration (header: how).
 
 Data: `--dataset` (a single-task LeRobot v3.0 dataset of the env; recorded with `wamkit sim record` at
 `--record-seed` when missing; default `<out>/data/<env>`). Every method trains on the training episodes
