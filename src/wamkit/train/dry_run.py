@@ -53,17 +53,23 @@ def describe(cfg) -> str:
 ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "selective": 7.6, "full": 4.0}
 
 
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
 def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank: int) -> dict[str, float]:
     gib = 2**30
     trainable = params["trainable"]
     layers, hidden = model_config.num_hidden_layers, model_config.hidden_size
     per_layer = params["total"] / max(layers, 1)
+    frozen = params["total"] - trainable
+    replicated = world > 1 and getattr(cfg.parallel, "replicate_frozen", False)  # whole, in param_dtype
+    frozen_bytes = frozen * _DTYPE_BYTES[cfg.parallel.param_dtype] if replicated else frozen * 4 / world
     est = {
-        "weights": params["total"] * 4 / world / gib,
+        "weights": (trainable * 4 / world + frozen_bytes) / gib,
         "grads": trainable * 4 / world / gib,
         "adam": trainable * 8 / world / gib,
         "ema": trainable * 4 / world / gib if cfg.ema.enabled else 0.0,
-        "gathered": 2 * per_layer * 2 / gib if world > 1 else 0.0,  # two bf16 layers in flight
+        "gathered": 2 * (trainable / max(layers, 1) if replicated else per_layer) * 2 / gib if world > 1 else 0.0,  # two bf16 layers in flight
         "activations": tokens_per_rank * layers * hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER[cfg.parallel.activation_checkpointing] / gib,
     }
     est["total"] = sum(est.values())
