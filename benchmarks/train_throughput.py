@@ -8,6 +8,7 @@ bf16 matmul rate measured in the same run.
 
     python benchmarks/train_throughput.py --layers 36            # Nano width, one H200
     python benchmarks/train_throughput.py --layers 2 --device cpu --steps 1 --warmup 0 --shapes tiny
+    python benchmarks/train_throughput.py --width medium --layers 8 --shapes wm --no-baseline --layouts 24 --attention per_sample
 """
 
 from __future__ import annotations
@@ -43,19 +44,25 @@ SHAPES = {
     "g1": Shape("G1 256p chunk 32", 256, 9, 12, 20, 33),  # 192x320 px -> 12x20 latents -> 540 patches + 33 rows
     "droid": Shape("DROID 480p concat chunk 32", 256, 9, 34, 46, 33),  # 544x736 px -> 3519 patches + 33 rows
     "tiny": Shape("tiny smoke shape", 16, 3, 4, 4, 9),
+    # recipes/metaworld_fd.toml: 64 px, pixel tokenizer without downsampling, 8 clean action rows, no state
+    "wm": Shape("Meta-World world model 64px", 32, 3, 64, 64, 8),
 }
 
 
-def make_samples(shape: Shape, n: int, channels: int, action_dim: int, vocab: int, device, dtype) -> list[SequenceSample]:
-    gen = torch.Generator().manual_seed(0)
+def make_samples(shape: Shape, n: int, channels: int, action_dim: int, vocab: int, device, dtype,
+                 seed: int = 0) -> list[SequenceSample]:
+    """Seed 0: every prompt has `shape.text` tokens. Other seeds: lengths drawn from text/2..text,
+    so each seed gives a pack of another layout (as training draws prompts of different lengths)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [shape.text if seed == 0 else int(torch.randint(shape.text // 2, shape.text + 1, (1,), generator=gen)) for _ in range(n)]
     return [
         SequenceSample(
-            text_ids=torch.randint(3, vocab, (shape.text,), generator=gen).tolist(),
+            text_ids=torch.randint(3, vocab, (lengths[i],), generator=gen).tolist(),
             video=torch.randn(channels, shape.latent_t, shape.latent_h, shape.latent_w, generator=gen).to(device, dtype),
             actions=torch.randn(shape.actions, action_dim, generator=gen).to(device, dtype),
             clean_video_frames=[0], clean_action_rows=[0], sigma=0.5, domain_id=0, fps=30.0, action_start_frame=0,
         )
-        for _ in range(n)
+        for i in range(n)
     ]
 
 
@@ -103,9 +110,20 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _compiled_graphs() -> int:
+    """Graphs dynamo has compiled so far in this process (recompiles included)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def run_case(model, shape: Shape, n: int, packed: bool, args, device, dtype) -> dict:
-    samples = make_samples(shape, n, model.config.latent_channel, model.config.action_dim, model.config.vocab_size, device, dtype)
-    batch = pack_samples(samples, model.config)
+    """Steps cycle through `--layouts` packs (1: the same pack every step; more: a new layout at every
+    step once the packs outnumber the attention processor's cached layouts, as in training)."""
+    c = model.config
+    batches = [pack_samples(make_samples(shape, n, c.latent_channel, c.action_dim, c.vocab_size, device, dtype, seed), c)
+               for seed in range(args.layouts if packed else 1)]
+    cursor = iter(range(1 << 62))
     processor = install_packed_attention(model, args.attention) if packed else None
     if not packed:
         from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
@@ -113,6 +131,7 @@ def run_case(model, shape: Shape, n: int, packed: bool, args, device, dtype) -> 
         model.set_attn_processor(Cosmos3AttnProcessor())
 
     def step():
+        batch = batches[next(cursor) % len(batches)]
         if packed:
             with packed_layout(processor, batch):
                 out = model(**batch.forward_kwargs)
@@ -123,10 +142,12 @@ def run_case(model, shape: Shape, n: int, packed: bool, args, device, dtype) -> 
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    graphs_before = _compiled_graphs()
     seconds = time_steps(step, args.steps, args.warmup, device)
-    tokens = batch.forward_kwargs["sequence_length"]
+    tokens = sum(b.forward_kwargs["sequence_length"] for b in batches) / len(batches)
     return {
-        "seconds": seconds, "samples_per_s": n / seconds, "tokens_per_s": tokens / seconds, "tokens": tokens,
+        "seconds": seconds, "samples_per_s": n / seconds, "tokens_per_s": tokens / seconds, "tokens": round(tokens),
+        "compiles": _compiled_graphs() - graphs_before,
         "flops": step_flops(model, shape, n),
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan"),
     }
@@ -137,8 +158,9 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=36)
     p.add_argument("--width", default="nano", choices=sorted(PRESETS))
     p.add_argument("--shapes", default="g1,droid")
-    p.add_argument("--packed", default="g1=8,droid=2,tiny=4", help="samples per packed forward, per shape")
-    p.add_argument("--attention", default="flex", choices=["flex", "sdpa"])
+    p.add_argument("--packed", default="g1=8,droid=2,tiny=4,wm=16", help="samples per packed forward, per shape")
+    p.add_argument("--attention", default="flex", choices=["flex", "sdpa", "per_sample"])
+    p.add_argument("--layouts", type=int, default=1, help="distinct packs (text lengths) cycled through; > 16 = a new layout every step")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--steps", type=int, default=5)
@@ -191,12 +213,12 @@ def main(argv=None) -> int:
         rows.append((SHAPES[key].name, f"wamkit packed ({args.attention}{', compiled' if args.compile and device.type == 'cuda' else ''}{fsdp})", n, packed))
         mfu[key] = packed["flops"] / packed["seconds"] / rate if rate == rate else float("nan")
 
-    say(f"| shape | path | samples/fwd | tokens | step ms | samples/s | tokens/s | MFU | peak GiB |")
-    say("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    say(f"| shape | path | samples/fwd | tokens | step ms | samples/s | tokens/s | MFU | peak GiB | graphs compiled while timed |")
+    say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, path, n, r in rows:
         m = r["flops"] / r["seconds"] / rate if rate == rate else float("nan")
         say(f"| {name} | {path} | {n} | {r['tokens']} | {r['seconds'] * 1e3:.1f} | {r['samples_per_s']:.2f} | "
-              f"{r['tokens_per_s']:.0f} | {m:.1%} | {r['peak_gib']:.1f} |")
+              f"{r['tokens_per_s']:.0f} | {m:.1%} | {r['peak_gib']:.1f} | {r['compiles']} |")
     if ctx.distributed:
         say(f"per-rank rows; total samples/s = {ctx.world_size} x samples/s")
     say(" ".join(f"mfu_{k}={v:.3f}" for k, v in mfu.items()))

@@ -99,7 +99,7 @@ def test_attention_backend_auto_rule_is_shared_by_training_and_inference():
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert attention_backend("auto", cuda, torch.bfloat16) == attention_backend("auto", cuda, "bfloat16") == "flex"
-    assert attention_backend("auto", cuda, torch.float32) == attention_backend("auto", cpu, "bfloat16") == "sdpa"
+    assert attention_backend("auto", cuda, torch.float32) == attention_backend("auto", cpu, "bfloat16") == "per_sample"
     assert attention_backend("flex", cpu, torch.float32) == "flex"  # an explicit choice wins
 
 

@@ -96,7 +96,7 @@ class ModelConfig:
     max_action_dim: int = 36
     num_domains: int = 32
     train_text_pathway: bool = False
-    # auto (flex for bf16 on CUDA, sdpa otherwise) | sdpa (dense masks) | flex (block masks) |
+    # auto (flex for bf16 on CUDA, per_sample otherwise) | sdpa (dense masks) | flex (block masks) |
     # per_sample (fused SDPA sample by sample: no pack-wide masks, nothing compiled)
     attention: str = "auto"
 
