@@ -69,8 +69,8 @@ class FlexPackedAttention(PackedAttention):
         # Which tiles are empty, partial or full follows from each tile's range of sample ids (and
         # chunk ids), so the masks are built tile by tile: create_block_mask would evaluate the mask
         # at every (q, kv) pair, ~2.5e9 of them for 16 packed world-model samples, at every step.
-        und_q, und_kv = _TileRanges(und_ids), _TileRanges(und_ids)
-        und_full, und_any = _tile_classes(und_q, und_kv, causal=True)
+        und = _TileRanges(und_ids)
+        und_full, und_any = _tile_classes(und, und, causal=True)
         kv = _TileRanges(kv_ids, kv_chunks)
         gen_q = _TileRanges(gen_ids, gen_chunk_ids)
         gen_full, gen_any = _tile_classes(gen_q, kv, causal=False)
