@@ -94,3 +94,8 @@ def test_memory_estimate_counts_replicated_frozen_weights_whole_in_param_dtype()
     assert replicated["weights"] == 4 * 4 / 8 + 6 * 2  # trainable fp32 shards + the frozen ones whole in bf16
     assert replicated["gathered"] < sharded["gathered"]  # only trainable weights are all-gathered
     assert memory_estimate(params, model_config, cfg(True), 1, 0)["weights"] == 10 * 4  # one process: nothing replicated
+
+
+def test_negative_prefetch_is_refused_with_the_field_named():
+    proc = run_cli(["train", str(DEMO_RECIPE), "--dry-run", "--set", "parallel.prefetch_layers=-1"], check=False)
+    assert proc.returncode != 0 and "parallel.prefetch_layers" in proc.stderr + proc.stdout

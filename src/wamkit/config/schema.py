@@ -259,6 +259,8 @@ class ExperimentConfig:
                 raise ConfigError(f"trainer.{name}", "must be positive", "")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
+        if self.parallel.prefetch_layers < 0:
+            raise ConfigError("parallel.prefetch_layers", f"{self.parallel.prefetch_layers} is negative", "use 0 (FSDP2's own prefetch) or N >= 1 layers")
         if self.checkpoint.save_iter <= 0:
             raise ConfigError("checkpoint.save_iter", "must be positive", "set it to max_iter to save once")
         if self.model.tokenizer == "wan2.2" and not self.model.vae_path:
