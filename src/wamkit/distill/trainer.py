@@ -51,7 +51,7 @@ from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.packing import SequenceSample, attention_backend, install_packed_attention, pack_samples, packed_layout
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
@@ -95,25 +95,27 @@ class DistillTrainer:
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
         self.fps = float(self.data.dataset.fps)
         self.procs = {}
+        # The run's model.attention; distillation computes in fp32, so `auto` never picks flex here.
+        self.attention = attention_backend(cfg.model.attention, self.device, torch.float32)
         self.student = self.student.to(self.device)
-        self.procs["student"] = install_packed_attention(self.student, "sdpa")
+        self.procs["student"] = install_packed_attention(self.student, self.attention)
         self.optimizer = build_optimizer(self.student, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.student, cfg.ema.beta, cfg.ema.warmup)
         self.ema_model = copy.deepcopy(self.student).requires_grad_(False)
-        self.procs["ema"] = install_packed_attention(self.ema_model, "sdpa")
+        self.procs["ema"] = install_packed_attention(self.ema_model, self.attention)
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if dcfg.method == "tf_dcm":
             self.teacher = load_frozen(cfg, channels, dcfg.teacher_path, "teacher").to(self.device).eval().requires_grad_(False)
-            self.procs["teacher"] = install_packed_attention(self.teacher, "sdpa")
+            self.procs["teacher"] = install_packed_attention(self.teacher, self.attention)
         else:
             self.reference = load_frozen(cfg, channels, dcfg.reference_path, "reference").to(self.device).eval().requires_grad_(False)
-            self.procs["reference"] = install_packed_attention(self.reference, "sdpa")
+            self.procs["reference"] = install_packed_attention(self.reference, self.attention)
             self.critic = load_frozen(cfg, channels, dcfg.critic_path, "critic").to(self.device)
             from wamkit.model.cosmos3 import set_trainable
 
             set_trainable(self.critic, cfg.model.train_text_pathway)
-            self.procs["critic"] = install_packed_attention(self.critic, "sdpa")
+            self.procs["critic"] = install_packed_attention(self.critic, self.attention)
             critic_opt_cfg = copy.copy(cfg.optimizer)
             if dcfg.critic_lr > 0:
                 critic_opt_cfg.lr = dcfg.critic_lr
