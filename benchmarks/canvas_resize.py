@@ -1,5 +1,6 @@
 """Canvas composition cost per window in a worker (one thread): wamkit's uint8 resize against the same
-composition through float interpolation (the previous path), with the largest pixel difference.
+composition through float interpolation (`resize_through_float`, the previous path), with the largest
+pixel difference.
 
     python benchmarks/canvas_resize.py [--frames 33] [--repeats 3]
 """
@@ -12,22 +13,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import wamkit.data.canvas as canvas  # noqa: E402
 
 CASES = [("concat_view", 480, 3), ("side_by_side", 480, 2), ("side_by_side", 256, 2)]  # layout, tier, 480x640 cameras
-
-
-def float_resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """The reference: uint8 -> float -> bilinear (antialiased when shrinking) -> rounded uint8."""
-    if tuple(frames.shape[1:3]) == tuple(size):
-        return frames
-    shrink = size[0] < frames.shape[1] or size[1] < frames.shape[2]
-    y = F.interpolate(frames.permute(0, 3, 1, 2).float(), size=size, mode="bilinear", align_corners=False, antialias=shrink)
-    return y.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
 def best_of(repeats: int, fn) -> tuple[float, torch.Tensor]:
@@ -51,7 +42,7 @@ def main() -> int:
     for layout, tier, n in CASES:
         views = [torch.randint(0, 256, (args.frames, 480, 640, 3), generator=gen, dtype=torch.uint8) for _ in range(n)]
         ours, a = best_of(args.repeats, lambda: canvas.compose_frames(views, layout, tier))
-        kept, canvas._resize = canvas._resize, float_resize
+        kept, canvas._resize = canvas._resize, canvas.resize_through_float
         try:
             ref, b = best_of(args.repeats, lambda: canvas.compose_frames(views, layout, tier))
         finally:

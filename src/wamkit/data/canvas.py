@@ -120,16 +120,26 @@ def _side_by_side_sizes(view_shapes: Sequence[tuple[int, int]]) -> list[tuple[in
 
 def _resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """uint8 [N, H, W, 3] -> uint8 [N, h, w, 3], bilinear (antialiased when shrinking). On the CPU
-    through torch's uint8 channels-last kernel (14x faster than going through float for a 480p
-    window, within 1 grey level of it); elsewhere through float."""
+    through torch's uint8 channels-last kernel (7-10x faster per window than going through float,
+    within 1-2 grey levels of it: benchmarks/canvas_resize.py); elsewhere through float."""
     if tuple(frames.shape[1:3]) == tuple(size):
         return frames
-    shrink = size[0] < frames.shape[1] or size[1] < frames.shape[2]
+    if frames.device.type != "cpu":
+        return resize_through_float(frames, size)
     x = frames.permute(0, 3, 1, 2)  # NCHW view of channels-last memory
-    if frames.device.type == "cpu":
-        return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink).permute(0, 2, 3, 1).contiguous()
-    y = F.interpolate(x.float(), size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=_shrinks(frames, size))
+    return y.permute(0, 2, 3, 1).contiguous()
+
+
+def resize_through_float(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """`_resize` through float interpolation and rounding: the path off the CPU (and the reference)."""
+    x = frames.permute(0, 3, 1, 2).float()
+    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=_shrinks(frames, size))
     return y.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def _shrinks(frames: torch.Tensor, size: tuple[int, int]) -> bool:
+    return size[0] < frames.shape[1] or size[1] < frames.shape[2]
 
 
 def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "side_by_side", tier: int = 0,

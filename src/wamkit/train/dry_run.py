@@ -12,6 +12,7 @@ from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
+from wamkit.train.parallel import DTYPES
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 
 
@@ -53,9 +54,6 @@ def describe(cfg) -> str:
 ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "selective": 7.6, "full": 4.0}
 
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank: int) -> dict[str, float]:
     gib = 2**30
     trainable = params["trainable"]
@@ -63,7 +61,7 @@ def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank
     per_layer = params["total"] / max(layers, 1)
     frozen = params["total"] - trainable
     replicated = world > 1 and getattr(cfg.parallel, "replicate_frozen", False)  # whole, in param_dtype
-    frozen_bytes = frozen * _DTYPE_BYTES[cfg.parallel.param_dtype] if replicated else frozen * 4 / world
+    frozen_bytes = frozen * DTYPES[cfg.parallel.param_dtype].itemsize if replicated else frozen * 4 / world
     est = {
         "weights": (trainable * 4 / world + frozen_bytes) / gib,
         "grads": trainable * 4 / world / gib,
