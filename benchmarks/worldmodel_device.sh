@@ -5,7 +5,7 @@
 #   ema30  EMA weights, the seed's 30 Euler steps, action probes included (the headline report)
 #   ema1   EMA weights, 1 step: the model's conditional mean (its PSNR-optimal prediction)
 #   raw30  raw weights, 30 steps
-# TRAIN_S, ITERS, EVAL_S (per setting), EVALS and SKIP_TRAIN=1 (evaluate the runs already in $WM_DIR) tune it.
+# TRAIN_S, ITERS, EVAL_S (per setting), EVALS, EXTRA (more --set overrides for both runs) and SKIP_TRAIN=1 (evaluate the runs already in $WM_DIR) tune it.
 # Logs, metrics and the eval reports (eval_wm.tgz) come back under $OUT.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
@@ -14,7 +14,7 @@ W=${WM_DIR:-/tmp/wm}; mkdir -p $W
 train() {  # gpu recipe tag
   CUDA_VISIBLE_DEVICES=$1 timeout ${TRAIN_S:-400} python3 -m wamkit.cli train recipes/$2.toml --device cuda \
     --set job.output_root="\"$W\"" --set trainer.max_iter=${ITERS:-1500} --set checkpoint.save_iter=100 \
-    --set trainer.val_every=500 --set trainer.progress_bar=false > $OUT/train_$3.log 2>&1
+    --set trainer.val_every=500 --set trainer.progress_bar=false $EXTRA > $OUT/train_$3.log 2>&1
   echo "train rc=$?" >> $OUT/train_$3.log
 }
 evalwm() {  # gpu run tag setting eval-args...

@@ -188,3 +188,29 @@ def test_video_residual_noises_the_difference_from_frame_zero():
         keep = float((diff * x0).sum() / (x0 * x0).sum())  # 1 - s
         assert 0.0 < keep < 1.0
         torch.testing.assert_close(diff, keep * x0, atol=1e-5, rtol=1e-4)
+
+
+def test_x0_prediction_trains_towards_the_clean_latents_with_the_velocity_weight():
+    """diffusion.video_prediction = "x0": the video loss is |out - x0|^2 / max(s, 0.05)^2 on the noisy
+    frames, the velocity error that the x0 output implies."""
+    objective = _objective("forward_dynamics", video_prediction="x0")
+    samples, sigmas, outputs = _samples(2), [], []
+
+    def record_sigma(_module, _args, kwargs):
+        sigmas.extend(float(t) / 1000.0 for t in torch.unique_consecutive(kwargs["vision_timesteps"]))  # one per token
+
+    objective.model.register_forward_pre_hook(record_sigma, with_kwargs=True)
+    objective.model.register_forward_hook(lambda _m, _a, out: outputs.append(out))
+    losses = objective(samples, _gens(2))
+    x0 = objective.latents_of(samples)
+    expected = []
+    for i, (latents, sigma) in enumerate(zip(x0, sigmas)):
+        pred = outputs[0].sample[i][0].detach().float()[:, 1:]
+        expected.append((pred - latents[:, 1:]).pow(2).mean() / max(sigma, 0.05) ** 2)
+    assert len(sigmas) == 2
+    assert losses.video == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
+
+
+def test_unknown_video_prediction_is_refused():
+    with pytest.raises(ConfigError, match="video_prediction"):
+        load_experiment(None, ['diffusion.video_prediction="eps"'])

@@ -76,5 +76,8 @@ def test_distill_config_errors(tmp_path):
         load_distill_recipe(recipe(2), tiny_overrides(bundle, tmp_path, "x", 1, "", extra={"distill.teacher_path": '""'}))
     with pytest.raises(ConfigError, match="causal_chunk_frames"):
         load_distill_recipe(recipe(2), tiny_overrides(bundle, tmp_path, "x", 1, "", chunk_frames=0, extra={"distill.teacher_path": '"a"'}))
+    with pytest.raises(ConfigError, match="video_prediction"):
+        load_distill_recipe(recipe(2), tiny_overrides(bundle, tmp_path, "x", 1, "", extra={"distill.teacher_path": '"a"',
+                                                                                           "diffusion.video_prediction": '"x0"'}))
     with pytest.raises(ConfigError, match="unknown key"):
         load_distill_recipe(recipe(3), tiny_overrides(bundle, tmp_path, "x", 1, "", extra={"distill.critic_step": 3}))

@@ -19,9 +19,9 @@ class FakeVelocity(torch.nn.Module):
     """v = (x - x0) / sigma on noisy video frames: the exact velocity towards a fixed target x0, so a
     correct sampler from sigma = 1 lands exactly on x0. Records what it was given."""
 
-    def __init__(self, config, video_x0: float):
+    def __init__(self, config, video_x0: float, predicts: str = "velocity"):
         super().__init__()
-        self.config = config
+        self.config, self.predicts = config, predicts
         self.dummy = torch.nn.Parameter(torch.zeros(1))
         self.video_x0 = video_x0
         self.calls, self.batch_sizes, self.noisy_action_rows, self.sigmas = 0, [], [], []
@@ -38,7 +38,7 @@ class FakeVelocity(torch.nn.Module):
         samples, actions = [], []
         for video, noisy, rows in zip(kw["vision_tokens"], kw["vision_noisy_frame_indexes"], kw["action_tokens"]):
             v = torch.zeros_like(video)
-            v[:, :, noisy] = (video[:, :, noisy] - self.video_x0) / sigma
+            v[:, :, noisy] = (video[:, :, noisy] - self.video_x0) / sigma if self.predicts == "velocity" else self.video_x0
             samples.append(v)
             actions.append(torch.zeros_like(rows))
         return SimpleNamespace(sample=samples, action=actions)
@@ -155,3 +155,21 @@ def test_video_residual_adds_frame_zero_back():
     first = tok.encode(frames.unsqueeze(1))[:, :, :1]
     torch.testing.assert_close(runs[True][:, :, :1], first)
     torch.testing.assert_close(runs[True][:, :, 1:], runs[False][:, :, 1:] + first, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_x0_prediction_is_read_as_the_clean_video(tiny_config, num_steps):
+    """A network that outputs the clean target itself (diffusion.video_prediction = "x0") lands exactly
+    on it in any number of steps when the sampler is told so; read as a velocity, the same output
+    does not."""
+    tok = PixelTokenizer(8)
+    frames, actions, states = _inputs(2)
+    results = {}
+    for told in ("x0", "velocity"):
+        model = FakeVelocity(tiny_config, 0.25, predicts="x0")
+        _, results[told] = sample_video(model, install_packed_attention(model), tok, ByteTokenizer(32), frames, actions,
+                                        states, num_steps=num_steps, shift=3.0, generator=torch.Generator().manual_seed(0),
+                                        fps=10.0, prompts=["a", "b"], return_latents=True, video_prediction=told)
+    future = results["x0"][:, :, 1:]
+    torch.testing.assert_close(future, torch.full_like(future, 0.25), atol=1e-5, rtol=1e-5)
+    assert (results["velocity"][:, :, 1:] - 0.25).abs().max() > 0.1

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from wamkit.errors import ConfigError
 
+VIDEO_PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction
+
 TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed` draws from
 NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
@@ -121,6 +123,12 @@ class DiffusionConfig:
     # last frame), so a world model only has to learn what moves. For models trained from scratch on
     # the pixel tokenizer; a pretrained Cosmos3 was trained on absolute latents (keep it off there).
     video_residual: bool = False
+    # What the network's video output means: "velocity" (eps - x0, as Cosmos3 is pretrained) or "x0"
+    # (the clean latents; trained with the velocity loss it implies, |x0_hat - x0|^2 / max(s, 0.05)^2).
+    # x0 suits models trained from scratch in pixel space: the output is clean by construction, so
+    # samples carry no leftover noise, and with video_residual an all-zero output is copy-last-frame
+    # at every noise level.
+    video_prediction: str = "velocity"
 
 
 @dataclass
@@ -257,6 +265,9 @@ class ExperimentConfig:
         for name in ("max_iter", "samples_per_step", "grad_accum_iter", "log_every"):
             if getattr(self.trainer, name) <= 0:
                 raise ConfigError(f"trainer.{name}", "must be positive", "")
+        if self.diffusion.video_prediction not in VIDEO_PREDICTIONS:
+            raise ConfigError("diffusion.video_prediction", f"unknown prediction {self.diffusion.video_prediction!r}",
+                              f"use one of {list(VIDEO_PREDICTIONS)}")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
         if self.parallel.prefetch_layers < 0:

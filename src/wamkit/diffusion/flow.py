@@ -7,6 +7,10 @@ import math
 
 import torch
 
+from wamkit.config.schema import VIDEO_PREDICTIONS
+
+X0_LOSS_MIN_SIGMA = 0.05  # x0 prediction's velocity loss divides by max(s, this): finite near s = 0
+
 
 def shift_sigma(sigma: torch.Tensor, shift: float) -> torch.Tensor:
     """Push noise levels towards 1 for larger shift: s' = k s / (1 + (k - 1) s)."""
@@ -27,6 +31,24 @@ def sample_sigmas(n: int, generator: torch.Generator, shift: float, logit_mean: 
 def add_noise(x0: torch.Tensor, sigma: float, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (x_sigma, velocity target)."""
     return sigma * noise + (1.0 - sigma) * x0, noise - x0
+
+
+def video_velocity(prediction: torch.Tensor, x_s: torch.Tensor, sigma: float, kind: str) -> torch.Tensor:
+    """The network's video output as the velocity eps - x0 that the samplers integrate.
+
+    kind "x0" (`diffusion.video_prediction`): x_s = s eps + (1 - s) x0 gives v = (x_s - x0) / s,
+    so an Euler step to s' lands on (s'/s) x_s + (1 - s'/s) x0_hat and the last one (s' = 0) on
+    x0_hat itself. Samplers never evaluate s = 0."""
+    if kind == "velocity":
+        return prediction
+    if kind == "x0":
+        return (x_s - prediction) / float(sigma)
+    raise ValueError(f"unknown video prediction {kind!r}: use one of {list(VIDEO_PREDICTIONS)}")
+
+
+def x0_loss_weight(sigma: float) -> float:
+    """Weight that turns an x0 squared error into the velocity squared error it implies."""
+    return 1.0 / max(float(sigma), X0_LOSS_MIN_SIGMA) ** 2
 
 
 def to_video_residual(latents: torch.Tensor) -> torch.Tensor:

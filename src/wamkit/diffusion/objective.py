@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual
+from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
 
 
@@ -55,6 +55,7 @@ class ModeObjective:
         self.processor = install_packed_attention(model, attention)
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
         self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
+        self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
@@ -113,7 +114,7 @@ class ModeObjective:
             sigma = sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item()
             seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
             sequence.append(_to_device(seq, device))
-            targets.append({k: v.to(device) for k, v in target.items()})
+            targets.append({k: v.to(device) if torch.is_tensor(v) else v for k, v in target.items()})
         batch = pack_samples(sequence, self.model.config)
         with packed_layout(self.processor, batch):
             out = self.model(**batch.forward_kwargs)
@@ -124,6 +125,9 @@ class ModeObjective:
         # numbers in every mode; clean positions are then overwritten with their clean values.
         video_noise = torch.randn(x0.shape, generator=generator)
         noisy_video, video_target = add_noise(x0, sigma, video_noise)
+        video_weight = 1.0
+        if self.video_prediction == "x0":  # the velocity loss of an x0 prediction: |x0_hat - x0|^2 / s^2
+            video_target, video_weight = x0, x0_loss_weight(sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
         noisy_video[:, clean_frames] = x0[:, clean_frames]
         rows = sample.actions
@@ -150,7 +154,7 @@ class ModeObjective:
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
             action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames,
         )
-        return seq, {"video": video_target, "action": action_target}
+        return seq, {"video": video_target, "action": action_target, "video_weight": video_weight}
 
     def _losses(self, out, targets, batch, masks) -> StepLosses:
         video_terms, action_terms = [], []
@@ -158,7 +162,7 @@ class ModeObjective:
             frames = batch.vision_noisy_frames[i]
             if frames:  # samples without noisy video (inverse dynamics) stay out of the video mean
                 pred = out.sample[i][0][:, frames]
-                video_terms.append((pred.float() - target["video"][:, frames]).pow(2).mean())
+                video_terms.append((pred.float() - target["video"][:, frames]).pow(2).mean() * target["video_weight"])
             rows = batch.action_noisy_rows[i]
             if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
                 err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]

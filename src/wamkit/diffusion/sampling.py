@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamkit.diffusion.flow import shift_sigma
+from wamkit.diffusion.flow import shift_sigma, video_velocity
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import latent_frames
@@ -73,7 +73,7 @@ def _generators(generator, n: int) -> list[torch.Generator]:
 def sample_policy(
     model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
-    uncond_prompt: str = "", cache_text: bool = True,
+    uncond_prompt: str = "", cache_text: bool = True, video_prediction: str = "velocity",
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -82,7 +82,8 @@ def sample_policy(
     with the same generator object gives the same noise) or one generator per observation.
     `guidance` > 1 mixes in an unconditional prediction (prompt `uncond_prompt`), packed in the
     same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off. `cache_text` computes the text
-    pathway once per call instead of once per step (exact; see wamkit.model.denoise)."""
+    pathway once per call instead of once per step (exact; see wamkit.model.denoise).
+    `video_prediction`: what the network's video output is (the run's `diffusion.video_prediction`)."""
     max_action_dim = int(model.config.action_dim)
     _check_inputs(observations, max_action_dim)
     if len({o.chunk_length for o in observations}) > 1:
@@ -127,10 +128,11 @@ def sample_policy(
             out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
             dt = sigma_next - sigma
             for i in range(n):
-                v_video = out.sample[i][0].float()
+                v_video = video_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
                 v_action = out.action[i].float()
                 if use_cfg:
-                    v_video = out.sample[n + i][0].float() + guidance * (v_video - out.sample[n + i][0].float())
+                    v_uncond = video_velocity(out.sample[n + i][0].float(), videos[i], sigma, video_prediction)
+                    v_video = v_uncond + guidance * (v_video - v_uncond)
                     v_action = out.action[n + i].float() + guidance * (v_action - out.action[n + i].float())
                 videos[i] = videos[i] + dt * v_video
                 videos[i][:, 0] = x0_frames[i]

@@ -61,6 +61,10 @@ class DistillConfig:
             raise ConfigError("diffusion.causal_chunk_frames", "is 0 in a distillation recipe", "the student is chunk-autoregressive: use the stage-1 value")
         if cfg.model.mode != "forward_dynamics":
             raise ConfigError("model.mode", f"is {cfg.model.mode!r}", "distillation trains the world model: use forward_dynamics")
+        if cfg.diffusion.video_prediction != "velocity":
+            raise ConfigError("diffusion.video_prediction", f"is {cfg.diffusion.video_prediction!r}; the teacher steps and "
+                              "consistency targets of the chain are written for velocity models",
+                              "distill a chain trained with diffusion.video_prediction = 'velocity'")
         return self
 
 

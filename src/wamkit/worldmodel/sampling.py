@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from wamkit.diffusion.flow import from_video_residual
+from wamkit.diffusion.flow import from_video_residual, video_velocity
 from wamkit.diffusion.sampling import _generators, sigma_schedule
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
@@ -77,6 +77,7 @@ def sample_video(
     guidance_interval: Sequence[float] = (0.0, 1.0), generator: torch.Generator | list[torch.Generator] | None = None,
     fps: float = 10.0, solver: str = "euler", prompts: Sequence[str] | None = None, domain_id: int = 0,
     uncond_prompt: str = "", return_latents: bool = False, cache_text: bool = True, video_residual: bool = False,
+    video_prediction: str = "velocity",
 ):
     """Generate T future frames per sample; returns decoded uint8 video [B, T+1, H, W, 3] (frame 0 is
     the tokenizer's reconstruction of the observed frame), or (video, latents) with `return_latents`.
@@ -87,7 +88,8 @@ def sample_video(
     generator (noise drawn sample after sample) or one per sample. `cache_text`: the text pathway
     runs once per layout instead of once per step (exact; wamkit.model.denoise). `video_residual`:
     the model generates frames 1.. as differences from frame 0 (the run's `diffusion.video_residual`);
-    they are added back before decoding, and the returned latents are absolute."""
+    they are added back before decoding, and the returned latents are absolute. `video_prediction`:
+    what the network outputs (the run's `diffusion.video_prediction`, wamkit.diffusion.flow.video_velocity)."""
     max_action_dim = int(model.config.action_dim)
     b = int(first_frames.shape[0]) if first_frames.ndim == 4 else 0
     prompts = list(prompts) if prompts is not None else [""] * b
@@ -131,9 +133,9 @@ def sample_video(
         with guided if use_cfg else plain as forward:  # the two layouts take turns on the text K/V cache
             out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
         for i in range(b):
-            v = out.sample[i][0].float()
+            v = video_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
             if use_cfg:
-                v_u = out.sample[b + i][0].float()
+                v_u = video_velocity(out.sample[b + i][0].float(), videos[i], sigma, video_prediction)
                 v = v_u + guidance * (v - v_u)
             if schedulers is None:
                 videos[i] = videos[i] + (sigma_next - sigma) * v
