@@ -8,7 +8,12 @@ bf16 matmul rate measured in the same run.
 
     python benchmarks/train_throughput.py --layers 36            # Nano width, one H200
     python benchmarks/train_throughput.py --layers 2 --device cpu --steps 1 --warmup 0 --shapes tiny
-    python benchmarks/train_throughput.py --width medium --layers 8 --shapes wm --no-baseline --layouts 24 --attention per_sample
+    python benchmarks/train_throughput.py --width medium --layers 8 --shapes wm --no-baseline --layouts 24 --attention per_sample --no-compile
+    python benchmarks/train_throughput.py --width medium --layers 8 --shapes wm --no-baseline --layouts 24 --attention flex --text-multiple 128
+
+With --layouts > 1 the packs differ in text length; the last column counts the graphs dynamo compiled
+while timing (recompiles). Training pads packs like --text-multiple 128 when compiled (see
+wamkit.model.packing.training_text_multiple).
 """
 
 from __future__ import annotations
@@ -121,7 +126,8 @@ def run_case(model, shape: Shape, n: int, packed: bool, args, device, dtype) -> 
     """Steps cycle through `--layouts` packs (1: the same pack every step; more: a new layout at every
     step once the packs outnumber the attention processor's cached layouts, as in training)."""
     c = model.config
-    batches = [pack_samples(make_samples(shape, n, c.latent_channel, c.action_dim, c.vocab_size, device, dtype, seed), c)
+    batches = [pack_samples(make_samples(shape, n, c.latent_channel, c.action_dim, c.vocab_size, device, dtype, seed), c,
+                            text_multiple=args.text_multiple if packed else 0)
                for seed in range(args.layouts if packed else 1)]
     cursor = iter(range(1 << 62))
     processor = install_packed_attention(model, args.attention) if packed else None
@@ -161,6 +167,8 @@ def main(argv=None) -> int:
     p.add_argument("--packed", default="g1=8,droid=2,tiny=4,wm=16", help="samples per packed forward, per shape")
     p.add_argument("--attention", default="flex", choices=["flex", "sdpa", "per_sample"])
     p.add_argument("--layouts", type=int, default=1, help="distinct packs (text lengths) cycled through; > 16 = a new layout every step")
+    p.add_argument("--text-multiple", type=int, default=0,
+                   help="round each pack's text up to a multiple of this with filler tokens (training does: 128 with flex or compile)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--steps", type=int, default=5)

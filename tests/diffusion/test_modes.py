@@ -214,3 +214,23 @@ def test_x0_prediction_trains_towards_the_clean_latents_with_the_velocity_weight
 def test_unknown_video_prediction_is_refused():
     with pytest.raises(ConfigError, match="video_prediction"):
         load_experiment(None, ['diffusion.video_prediction="eps"'])
+
+
+def test_text_filler_leaves_the_loss_unchanged():
+    """Training packs padded for compiled code (text_multiple) give the same losses, and their text
+    prefix has the padded length."""
+    plain = _objective("policy")
+    padded = _objective("policy")
+    padded.text_multiple = 128
+    seen = _capture(padded.model)
+    samples = _samples(3)
+    want, got = plain(samples, _gens(3)), padded(samples, _gens(3))
+    assert seen["und_len"] == 128 and seen["und_len"] > sum(len(s.task) for s in samples)
+    assert got.video == pytest.approx(want.video, rel=1e-5) and got.action == pytest.approx(want.action, rel=1e-5)
+
+
+def test_training_pads_text_only_for_compiled_code():
+    from wamkit.model.packing import TEXT_PAD_MULTIPLE, training_text_multiple
+
+    assert training_text_multiple(False, "flex") == training_text_multiple(True, "per_sample") == TEXT_PAD_MULTIPLE
+    assert training_text_multiple(False, "per_sample") == training_text_multiple(False, "sdpa") == 0

@@ -135,3 +135,53 @@ def test_per_sample_backend_refuses_an_unordered_pack():
 
     with pytest.raises(ValueError, match="contiguous"):
         PerSampleAttention().set_layout(torch.tensor([0, 1, 0]), torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "per_sample", "flex"])
+@pytest.mark.parametrize("num_samples", [1, 3])
+@pytest.mark.parametrize("chunk_frames", [0, 1])
+def test_text_filler_changes_no_output_or_gradient(backend, num_samples, chunk_frames):
+    """pack_samples(text_multiple=16) rounds the text prefix up with filler tokens: every real
+    sample's outputs and the weight gradients equal those of the unpadded pack (flex: outputs only,
+    it has no backward on CPU)."""
+    from wamkit.model.flex_attention import FlexPackedAttention
+
+    gen = torch.Generator().manual_seed(6)
+    samples = [_sample(gen, 5, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 9, 3, 4, 6, 9, 0.7, 1, False),
+               _sample(gen, 3, 3, 2, 2, 9, 0.5, 2, True)][:num_samples]
+    for s in samples:
+        s.causal_chunk_frames = chunk_frames
+    model = _model()
+    results = []
+    for multiple in (0, 16):
+        batch = pack_samples(samples, model.config, text_multiple=multiple)
+        assert batch.forward_kwargs["und_len"] % 16 == 0 if multiple else True
+        model.zero_grad(set_to_none=True)
+        if backend == "flex":
+            processor = FlexPackedAttention(compiled=False)
+            model.set_attn_processor(processor)
+        else:
+            processor = install_packed_attention(model, backend)
+        with packed_layout(processor, batch), torch.set_grad_enabled(backend != "flex"):
+            out = model(**batch.forward_kwargs)
+        grads = []
+        if backend != "flex":
+            sum(o.square().sum() for o in out.sample + out.action).backward()
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append(([o.detach() for o in out.sample + out.action], grads))
+    (want, want_grads), (got, got_grads) = results
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert len(got_grads) == len(want_grads) and (len(got_grads) > 0) == (backend != "flex")
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_text_filler_buckets_pack_lengths():
+    from wamkit.model.packing import text_padding
+
+    assert text_padding([5, 9, 3], 0) == 0
+    assert text_padding([5, 9, 3], 16) == 15
+    assert text_padding([8, 8], 16) == 0
+    lengths = {sum(n) + text_padding(n, 128) for n in ([20, 24, 22], [21, 25, 30], [40, 22, 19], [90, 60, 10])}
+    assert lengths == {128, 256}

@@ -33,7 +33,7 @@ SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
 class ModeObjective:
     def __init__(
         self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float, attention: str = "sdpa",
-        mode: str = "policy", mode_weights=None,
+        mode: str = "policy", mode_weights=None, text_multiple: int = 0,
     ):
         if mode not in (*SAMPLE_MODES, "mixed"):
             raise ValueError(f"unknown mode {mode!r}: use one of {[*SAMPLE_MODES, 'mixed']}")
@@ -53,6 +53,7 @@ class ModeObjective:
         self.prompt_template = prompt_template
         self.fps = fps
         self.processor = install_packed_attention(model, attention)
+        self.text_multiple = int(text_multiple)  # pack_samples' filler: a few pack lengths for compiled code
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
         self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
@@ -115,7 +116,7 @@ class ModeObjective:
             seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
             sequence.append(_to_device(seq, device))
             targets.append({k: v.to(device) if torch.is_tensor(v) else v for k, v in target.items()})
-        batch = pack_samples(sequence, self.model.config)
+        batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple)
         with packed_layout(self.processor, batch):
             out = self.model(**batch.forward_kwargs)
         return self._losses(out, targets, batch, [s.action_mask.to(device) for s in samples])

@@ -83,13 +83,29 @@ def grid_positions(
     return torch.stack([t, h, w])
 
 
-def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
-    """Build the forward kwargs of one packed sequence. `config` is the transformer's config."""
+TEXT_PAD_MULTIPLE = 128  # one flex-attention tile
+
+
+def text_padding(text_lengths: list[int], multiple: int) -> int:
+    """Filler tokens that round the pack's text up to a multiple of `multiple` (0: no padding)."""
+    total = sum(text_lengths)
+    return 0 if multiple <= 0 else -total % multiple
+
+
+def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) -> PackedBatch:
+    """Build the forward kwargs of one packed sequence. `config` is the transformer's config.
+
+    `text_multiple` > 0 rounds the text prefix up to a multiple of it with filler tokens that form a
+    sample of their own (text only: they attend to each other, nothing attends to them), so the
+    outputs of real samples are unchanged. Packs of prompts of different lengths then share a few
+    sequence lengths, which is what compiled layers (guarded on exact shapes) and compiled flex
+    attention need to avoid recompiling every step."""
     p = config.latent_patch_size
     margin = config.unified_3d_mrope_temporal_modality_margin
     fps_mod = config.enable_fps_modulation
     base_fps = float(config.base_fps)
-    und_len = sum(len(s.text_ids) for s in samples)
+    filler = text_padding([len(s.text_ids) for s in samples], text_multiple)
+    und_len = sum(len(s.text_ids) for s in samples) + filler
     device = samples[0].video.device
 
     input_ids, und_ids, gen_ids = [], [], []
@@ -134,6 +150,10 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
             cursor += n_act
             n_gen += n_act
         gen_ids.extend([i] * n_gen)
+    if filler:  # after every real sample's text, so each sample's text keeps its place and positions
+        input_ids.extend([0] * filler)
+        und_ids.extend([len(samples)] * filler)
+        text_pos.append(text_positions(filler))
 
     has_actions = bool(action_seq)
     if has_actions and len(action_seq) != len(samples):
@@ -170,7 +190,7 @@ def pack_samples(samples: list[SequenceSample], config) -> PackedBatch:
         vision_noisy_frames=[v.tolist() for v in vision_noisy],
         action_noisy_rows=[a.tolist() for a in action_noisy],
         gen_chunk_ids=torch.cat(chunk_ids).to(device) if any(s.causal_chunk_frames > 0 for s in samples) else None,
-        layout_key=(str(device), *(_layout_of(s) for s in samples)),
+        layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
     )
 
 
@@ -310,6 +330,8 @@ class PerSampleAttention(PackedAttention):
             return torch.cat([sdpa_attention(q[s:e], k[s:e], v[s:e], causal=True) for s, e in self.und_segments])
         outs = []
         for i, ((us, ue), (gs, ge)) in enumerate(zip(self.und_segments, self.gen_segments)):
+            if gs == ge:  # text-only filler (pack_samples' text_multiple)
+                continue
             keys = slice(self.text_length + gs, self.text_length + ge)
             mask = self.chunk_masks[i] if self.chunk_masks is not None else None
             outs.append(sdpa_attention(q[gs:ge], torch.cat([k[us:ue], k[keys]]), torch.cat([v[us:ue], v[keys]]), mask))
@@ -352,6 +374,15 @@ def attention_backend(choice: str, device: torch.device, compute_dtype: str | to
     if choice == "auto":
         return "flex" if device.type == "cuda" and compute_dtype in ("bfloat16", torch.bfloat16) else "per_sample"
     return choice
+
+
+def training_text_multiple(compiled: bool, backend: str) -> int:
+    """The `text_multiple` training packs get: compiled layers are guarded on exact shapes and flex
+    compiles its kernel, so both get packs of a few lengths (TEXT_PAD_MULTIPLE); eager backends none.
+    Without it, prompts of different lengths recompile every step until dynamo's limit, after which
+    flex runs unfused and materialises the scores (benchmarks/RESULTS.md: 73 GiB for 16 world-model
+    samples)."""
+    return TEXT_PAD_MULTIPLE if compiled or backend == "flex" else 0
 
 
 def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:

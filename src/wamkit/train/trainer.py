@@ -18,7 +18,7 @@ from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
-from wamkit.model.packing import attention_backend
+from wamkit.model.packing import attention_backend, training_text_multiple
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
@@ -63,9 +63,10 @@ class Trainer:
         dims = parallel_dims(cfg, self.ctx.world_size)
         self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
         self.model = parallelize(self.model, self.mesh, cfg)
+        backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
-            attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype), mode=cfg.model.mode, mode_weights=cfg.model.mode_weights,
+            backend, mode=cfg.model.mode, mode_weights=cfg.model.mode_weights, text_multiple=training_text_multiple(cfg.parallel.compile, backend),
         )
         if cfg.trainer.max_tokens_per_batch:
             cfg.trainer.samples_per_step = self._samples_for_token_budget(cfg.trainer.max_tokens_per_batch)
