@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     sim_record.add_argument("--seed", type=int, default=0)
     sim_record.add_argument("--resolution", type=int, default=64, help="square camera frame size in px (multiple of 16)")
     sim_record.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
+    sim_record.add_argument("--action-repeat", type=int, default=1,
+                            help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True)

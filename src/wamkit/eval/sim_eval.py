@@ -120,6 +120,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     the policy's chunk length. `resolution` defaults to the frame size of the policy's training data."""
     from wamkit.data.writer import encode_video
     from wamkit.eval.report import write_report
+    from wamkit.sim.control_rate import ActionRepeat, control_repeat
     from wamkit.sim.envs import get_spec, make_env
     from wamkit.sim.record import episode_seed
 
@@ -139,14 +140,16 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
         if resolution is None:
             raise EvalError("evaluate: resolution", "cannot read the training frame size from the policy's dataset",
                             "pass resolution= (--resolution) equal to the training frame size")
-    if abs(policy.fps - spec.fps) > 1e-6 and verbose:
+    repeat = control_repeat(spec.fps, policy.fps)  # data recorded with `sim record --action-repeat K`
+    if repeat is None and verbose:
         print(f"[wamkit eval] warning: policy trained at {policy.fps:g} fps, {env_name} runs at {spec.fps:g} fps")
     steps = int(num_steps or policy.num_steps)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     per_episode: list[EpisodeResult] = []
-    with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as env:
+    with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
+        env = ActionRepeat(inner, repeat) if repeat and repeat > 1 else inner  # act at the policy's own rate
         for i in range(episodes):
             ep_seed = episode_seed(seed, i)
             obs = env.reset(ep_seed)
@@ -166,7 +169,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
             video = None
             if out is not None and i < num_videos:
                 video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
-                encode_video(out / video, np.stack(frames), int(round(spec.fps)), "libx264")
+                encode_video(out / video, np.stack(frames), int(round(env.spec.fps)), "libx264")
             per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video))
             if verbose:
                 print(f"[wamkit eval] {env_name} episode {i}: {'success' if success else 'failure'} in {length} steps "

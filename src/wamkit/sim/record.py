@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from wamkit.errors import DataError
+from wamkit.sim.control_rate import ActionRepeat
 from wamkit.sim.envs import SimError, get_spec, make_env
 from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
 
@@ -76,14 +77,15 @@ def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10)
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs separated by commas (a multi-task dataset; their state/action
     layout and fps must agree): `episodes` attempts are made in each. `episodes` counts attempts;
     the summary says how many succeeded (were kept) and which were dropped. `step_budgets[i]`
     (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
-    no attempt succeeded."""
+    no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
+    dataset runs at the env's fps / K (wamkit.sim.control_rate)."""
     t0 = time.perf_counter()
     names = [n.strip() for n in env_name.split(",") if n.strip()]
     specs = [get_spec(n) for n in names]
@@ -106,7 +108,7 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     kept_seeds: list[int] = []
     for index, name in enumerate(names):
         for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
-                                                   post_success_steps, camera, verbose):
+                                                   post_success_steps, camera, action_repeat, verbose):
             global_attempt = index * episodes + attempt
             if success:
                 kept.append(episode)
@@ -116,7 +118,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     if not kept:
         raise SimError(f"record {env_name}", f"the expert failed all {episodes * len(names)} attempts; nothing to write",
                        "raise max_episode_steps or check the simulator install")
-    written = write_lerobot_dataset(out_dir, kept, spec.fps, state_names=spec.state_names,
+    fps = spec.fps / action_repeat
+    written = write_lerobot_dataset(out_dir, kept, fps, state_names=spec.state_names,
                                     action_names=spec.action_names, robot_type=spec.robot_type,
                                     camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
                                     state_bounds=spec.state_bounds, action_bounds=spec.action_bounds,
@@ -125,18 +128,21 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     summary = RecordSummary(
         env_name=",".join(names), out_dir=str(out_dir), attempted=attempted, kept=len(kept), dropped=len(dropped),
         expert_success_rate=len(kept) / attempted, dropped_attempts=dropped, kept_lengths=[len(e.states) for e in kept],
-        total_frames=sum(len(e.states) for e in kept), fps=spec.fps, resolution=resolution,
+        total_frames=sum(len(e.states) for e in kept), fps=fps, resolution=resolution,
         task="; ".join(s.task for s in specs), widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
     provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
+                  "action_repeat": action_repeat,
                   "max_episode_steps": max_episode_steps or spec.max_episode_steps, "episode_seeds_kept": kept_seeds}
     (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
     return summary
 
 
-def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, verbose):
+def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera,
+              action_repeat, verbose):
     """Yield (attempt, episode, success) for `episodes` expert attempts in one env."""
     budgets = list(step_budgets or [])
-    with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as env:
+    with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
+        env = ActionRepeat(inner, action_repeat) if action_repeat != 1 else inner
         for attempt in range(episodes):
             budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
             budget = min(int(budget), env.max_episode_steps)
@@ -150,6 +156,7 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
 def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution,
-                     max_episode_steps=getattr(args, "max_steps", None), verbose=True)
+                     max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
+                     verbose=True)
     print(summary.format())
     return 0
