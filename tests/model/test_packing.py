@@ -185,3 +185,18 @@ def test_text_filler_buckets_pack_lengths():
     assert text_padding([8, 8], 16) == 0
     lengths = {sum(n) + text_padding(n, 128) for n in ([20, 24, 22], [21, 25, 30], [40, 22, 19], [90, 60, 10])}
     assert lengths == {128, 256}
+
+
+@pytest.mark.parametrize("fps_modulation", [True, False])
+def test_fps_modulation_sets_the_temporal_spacing_of_frames(fps_modulation):
+    """model.fps_modulation = false: latent frames sit one temporal position apart whatever the fps;
+    on (Cosmos3's default), a second spans the same positions, so 80 fps frames sit 0.3 apart."""
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, fps_modulation=fps_modulation)
+    gen = torch.Generator().manual_seed(7)
+    sample = _sample(gen, 5, 3, 2, 2, 9, 0.3, 0, True)
+    sample.fps = 80.0
+    batch = pack_samples([sample], model.config)
+    temporal = batch.forward_kwargs["position_ids"][0, 5:5 + 3 * 1]  # first token of each latent frame (1x1 grid)
+    steps = temporal[1:] - temporal[:-1]
+    expected = 1.0 if not fps_modulation else (80 / 4) ** -1 * (24 / 4)  # latent-frame rate vs base_fps 24 / 4
+    torch.testing.assert_close(steps, torch.full_like(steps, expected), atol=2e-3, rtol=0)  # fp32 at ~15000

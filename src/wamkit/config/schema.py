@@ -101,6 +101,11 @@ class ModelConfig:
     # auto (flex for bf16 on CUDA, per_sample otherwise) | sdpa (dense masks) | flex (block masks) |
     # per_sample (fused SDPA sample by sample: no pack-wide masks, nothing compiled)
     attention: str = "auto"
+    # Cosmos3's fps modulation of temporal positions: one second spans the same positions at any
+    # recording rate (base_fps 24, so a latent frame at 80 fps is 0.3 positions after the previous
+    # one). Off: positions are frame indices, 1 apart. For models trained from scratch; a pretrained
+    # Cosmos3 was trained with it on.
+    fps_modulation: bool = True
 
 
 @dataclass

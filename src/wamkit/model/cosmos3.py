@@ -46,7 +46,8 @@ ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_emb
 ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break
 
 
-def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int) -> Cosmos3OmniTransformer:
+def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int,
+                      fps_modulation: bool = True) -> Cosmos3OmniTransformer:
     """A randomly initialised transformer of a preset's shape with the action pathway enabled."""
     if preset in UNPUBLISHED_PRESETS:
         raise ConfigError(
@@ -71,6 +72,7 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
         action_gen=True,
         action_dim=max_action_dim,
         num_embodiment_domains=num_domains,
+        enable_fps_modulation=fps_modulation,
     )
     if not any(t.is_meta for t in model.parameters()):
         for domain in range(num_domains):

@@ -106,7 +106,8 @@ def build_run_data(cfg) -> RunData:
 
 def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):
     with torch.device("meta" if meta else device):
-        model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains)
+        model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains,
+                                  cfg.model.fps_modulation)
     set_trainable(model, cfg.model.train_text_pathway)
     return model
 
