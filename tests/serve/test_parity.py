@@ -30,7 +30,7 @@ def _training_sequence(run_dir, loaded, sample):
                     cfg.data.prompt_template, float(loaded.contract["fps"]))
     captured = {}
 
-    def capture(sequence, config):
+    def capture(sequence, config, **_packing_options):
         captured["sequence"] = list(sequence)
         raise _Captured
 
