@@ -29,19 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.interop import lerobot_venv  # noqa: E402
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset  # noqa: E402
+from wamkit.train.stream import TransformedWindows  # noqa: E402
 
 SIZES = {256: (256, 256), 480: (480, 640), 720: (720, 1280)}
-
-
-class _Transformed(torch.utils.data.Dataset):
-    def __init__(self, windows, transform):
-        self.windows, self.transform = windows, transform
-
-    def __len__(self):
-        return len(self.windows)
-
-    def __getitem__(self, i):
-        return self.transform(self.windows[i])
 
 
 def bench_wamkit(root: Path, chunk: int, workers: int, num: int, warmup: int) -> float:
@@ -50,7 +40,7 @@ def bench_wamkit(root: Path, chunk: int, workers: int, num: int, warmup: int) ->
     transform = SampleTransform(Normalizer.from_stats(ds.stats, "action", "minmax"),
                                 Normalizer.from_stats(ds.stats, "observation.state", "minmax"), 36, True, 0)
     order = np.random.default_rng(0).permutation(len(windows))[: num + warmup].tolist()
-    loader = torch.utils.data.DataLoader(_Transformed(windows, transform), batch_size=1, sampler=order,
+    loader = torch.utils.data.DataLoader(TransformedWindows(windows, transform), batch_size=1, sampler=order,
                                          num_workers=workers, collate_fn=lambda b: b,
                                          prefetch_factor=2 if workers else None)
     it = iter(loader)

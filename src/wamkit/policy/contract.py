@@ -49,6 +49,11 @@ class ContractModel:
     def fps(self) -> float:
         return float(self.contract["fps"])
 
+    @property
+    def video_prediction(self) -> str:
+        """What the network's video output is (the run's `diffusion.video_prediction`; older runs: velocity)."""
+        return str(self.loaded.diffusion.get("video_prediction", "velocity"))
+
     def training_shift(self, height: int, width: int) -> float:
         """The noise shift training used for frames of this size."""
         d = self.loaded.diffusion

@@ -105,7 +105,7 @@ class WorldModel(ContractModel):
             guidance_interval=self.guidance_interval, generator=generators, fps=self.fps, solver=self.solver,
             prompts=prompts, domain_id=int(self.contract.get("domain_id", 0)),
             video_residual=bool(self.loaded.diffusion.get("video_residual", False)),
-            video_prediction=str(self.loaded.diffusion.get("video_prediction", "velocity")),
+            video_prediction=self.video_prediction,
         ).cpu()
 
 
