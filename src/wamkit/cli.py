@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
     wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
     wm.add_argument("--dataset", help="LeRobot v3.0 dataset (default: the training dataset)")
-    wm.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: first validation episode)")
+    wm_episodes = wm.add_mutually_exclusive_group()
+    wm_episodes.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: first validation episode)")
+    wm_episodes.add_argument("--held-out", action="store_true", help="every validation episode of the run (held out of training)")
     wm.add_argument("--modes", nargs="+", default=["teacher_forced", "autoregressive"], choices=["teacher_forced", "autoregressive"])
     wm.add_argument("--num-steps", type=int, default=30, help="denoising steps per chunk (seed eval setting: 30)")
     wm.add_argument("--shift", type=float, default=None, help="noise-schedule shift (default: the training shift; seed eval: 10)")
@@ -177,7 +179,8 @@ def _dispatch(args) -> int:
     if args.command == "eval" and args.eval_command == "wm":
         from wamkit.worldmodel import eval_wm_main
 
-        return eval_wm_main(args.checkpoint, dataset=args.dataset, episodes=args.episodes, modes=args.modes, out_dir=args.out,
+        episodes = "held_out" if args.held_out else args.episodes
+        return eval_wm_main(args.checkpoint, dataset=args.dataset, episodes=episodes, modes=args.modes, out_dir=args.out,
                             num_steps=args.num_steps, shift=args.shift, guidance=args.guidance,
                             guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
                             probes=not args.no_probes, device=args.device, use_ema=not args.raw)

@@ -190,10 +190,12 @@ def test_video_residual_noises_the_difference_from_frame_zero():
         torch.testing.assert_close(diff, keep * x0, atol=1e-5, rtol=1e-4)
 
 
-def test_x0_prediction_trains_towards_the_clean_latents_with_the_velocity_weight():
-    """diffusion.video_prediction = "x0": the video loss is |out - x0|^2 / max(s, 0.05)^2 on the noisy
-    frames, the velocity error that the x0 output implies."""
-    objective = _objective("forward_dynamics", video_prediction="x0")
+@pytest.mark.parametrize("weighting", ["velocity", "uniform"])
+def test_x0_prediction_trains_towards_the_clean_latents(weighting):
+    """diffusion.video_prediction = "x0": the video loss is |out - x0|^2 on the noisy frames, divided
+    by max(s, 0.05)^2 (the velocity error the x0 output implies) or, with x0_loss_weighting =
+    "uniform", left as it is."""
+    objective = _objective("forward_dynamics", video_prediction="x0", x0_loss_weighting=weighting)
     samples, sigmas, outputs = _samples(2), [], []
 
     def record_sigma(_module, _args, kwargs):
@@ -206,14 +208,17 @@ def test_x0_prediction_trains_towards_the_clean_latents_with_the_velocity_weight
     expected = []
     for i, (latents, sigma) in enumerate(zip(x0, sigmas)):
         pred = outputs[0].sample[i][0].detach().float()[:, 1:]
-        expected.append((pred - latents[:, 1:]).pow(2).mean() / max(sigma, 0.05) ** 2)
-    assert len(sigmas) == 2
+        weight = 1.0 / max(sigma, 0.05) ** 2 if weighting == "velocity" else 1.0
+        expected.append((pred - latents[:, 1:]).pow(2).mean() * weight)
+    assert len(sigmas) == 2 and all(s < 0.9 for s in sigmas)  # the two weightings differ on these levels
     assert losses.video == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
 def test_unknown_video_prediction_is_refused():
     with pytest.raises(ConfigError, match="video_prediction"):
         load_experiment(None, ['diffusion.video_prediction="eps"'])
+    with pytest.raises(ConfigError, match="x0_loss_weighting"):
+        load_experiment(None, ['diffusion.x0_loss_weighting="snr"'])
 
 
 def test_text_filler_leaves_the_loss_unchanged():

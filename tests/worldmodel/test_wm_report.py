@@ -90,3 +90,14 @@ def test_compose_views_matches_training_tiling():
     assert tiled.shape == (3, 8, 16, 3) and int(tiled[0, 0, 8, 0]) == 200
     same = compose_views([a, b], {"camera_layout": "side_by_side", "resolution": 0, "wrist_index": 0})
     assert torch.equal(same, tiled)
+
+
+def test_held_out_evaluates_every_validation_episode(fd_run, tmp_path):
+    """`eval wm --held-out`: all of the run's validation episodes, as its contract recorded them."""
+    run_dir, data = fd_run
+    val_episodes = WorldModel.from_path(run_dir).contract["val_episodes"]
+    assert len(val_episodes) >= 1
+    rc = eval_wm_main(run_dir, dataset=str(data), episodes="held_out", modes=["teacher_forced"], out_dir=tmp_path,
+                      num_steps=1, probes=False)
+    assert rc == 0
+    assert json.loads((tmp_path / "report.json").read_text())["episodes"] == [int(e) for e in val_episodes]

@@ -173,3 +173,24 @@ def test_x0_prediction_is_read_as_the_clean_video(tiny_config, num_steps):
     future = results["x0"][:, :, 1:]
     torch.testing.assert_close(future, torch.full_like(future, 0.25), atol=1e-5, rtol=1e-5)
     assert (results["velocity"][:, :, 1:] - 0.25).abs().max() > 0.1
+
+
+def test_zero_initialised_residual_x0_model_is_copy_last_frame():
+    """model.zero_init_video_output: an untrained residual x0 world model built by the trainer predicts
+    no change, so its sampled future is the observed frame repeated (copy-last-frame), at any step count."""
+    from wamkit.config import load_experiment
+    from wamkit.train.setup import build_model
+
+    cfg = load_experiment("recipes/demo_tiny.toml", ["model.zero_init_video_output=true", 'model.mode="forward_dynamics"',
+                                                      f"model.max_action_dim={MAX_DIM}"])
+    model = build_model(cfg, 12)
+    assert float(model.proj_out.weight.detach().abs().sum()) == 0.0
+    tok = PixelTokenizer(8)
+    frames, actions, states = _inputs(2)
+    _, latents = sample_video(model, install_packed_attention(model, "sdpa"), tok, ByteTokenizer(32), frames, actions, states,
+                              num_steps=3, shift=1.0, generator=torch.Generator().manual_seed(0), fps=10.0, prompts=["a", "b"],
+                              return_latents=True, video_prediction="x0", video_residual=True)
+    first = latents[:, :, :1]
+    torch.testing.assert_close(latents[:, :, 1:], first.expand_as(latents[:, :, 1:]))
+    with pytest.raises(Exception, match="zero_init_video_output"):
+        load_experiment("recipes/demo_tiny.toml", ["model.zero_init_video_output=true", 'checkpoint.load_path="/x"'])

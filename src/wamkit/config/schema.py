@@ -11,6 +11,7 @@ from pathlib import Path
 from wamkit.errors import ConfigError
 
 VIDEO_PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction
+X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
 
 TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed` draws from
@@ -106,6 +107,10 @@ class ModelConfig:
     # one). Off: positions are frame indices, 1 apart. For models trained from scratch; a pretrained
     # Cosmos3 was trained with it on.
     fps_modulation: bool = True
+    # Start the video output projection (proj_out) at zero, as DiT zero-initialises its last layer; for
+    # models trained from scratch. With diffusion.video_residual and video_prediction = "x0" the untrained
+    # model then predicts "nothing moves", i.e. copy-last-frame, and training only has to add motion.
+    zero_init_video_output: bool = False
 
 
 @dataclass
@@ -134,6 +139,12 @@ class DiffusionConfig:
     # samples carry no leftover noise, and with video_residual an all-zero output is copy-last-frame
     # at every noise level.
     video_prediction: str = "velocity"
+    # How an x0 prediction's squared error is weighted per noise level s: "velocity" (1 / max(s, 0.05)^2,
+    # the velocity loss it implies: low-noise samples, i.e. fine detail, dominate) or "uniform" (1: the
+    # high-noise samples dominate, where the net must predict the conditional mean of the future from
+    # the observed frame and the actions alone; that mean is what a 1-step sample returns and what PSNR
+    # rewards). Read only with video_prediction = "x0".
+    x0_loss_weighting: str = "velocity"
 
 
 @dataclass
@@ -273,6 +284,12 @@ class ExperimentConfig:
         if self.diffusion.video_prediction not in VIDEO_PREDICTIONS:
             raise ConfigError("diffusion.video_prediction", f"unknown prediction {self.diffusion.video_prediction!r}",
                               f"use one of {list(VIDEO_PREDICTIONS)}")
+        if self.model.zero_init_video_output and self.checkpoint.load_path:
+            raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
+                              f"= {self.checkpoint.load_path!r} loads weights over it", "drop one of the two")
+        if self.diffusion.x0_loss_weighting not in X0_LOSS_WEIGHTINGS:
+            raise ConfigError("diffusion.x0_loss_weighting", f"unknown weighting {self.diffusion.x0_loss_weighting!r}",
+                              f"use one of {list(X0_LOSS_WEIGHTINGS)}")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
         if self.parallel.prefetch_layers < 0:

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from wamkit.config.schema import VIDEO_PREDICTIONS
+from wamkit.config.schema import VIDEO_PREDICTIONS, X0_LOSS_WEIGHTINGS
 
 X0_LOSS_MIN_SIGMA = 0.05  # x0 prediction's velocity loss divides by max(s, this): finite near s = 0
 
@@ -46,9 +46,14 @@ def video_velocity(prediction: torch.Tensor, x_s: torch.Tensor, sigma: float, ki
     raise ValueError(f"unknown video prediction {kind!r}: use one of {list(VIDEO_PREDICTIONS)}")
 
 
-def x0_loss_weight(sigma: float) -> float:
-    """Weight that turns an x0 squared error into the velocity squared error it implies."""
-    return 1.0 / max(float(sigma), X0_LOSS_MIN_SIGMA) ** 2
+def x0_loss_weight(sigma: float, weighting: str = "velocity") -> float:
+    """Weight of an x0 squared error at noise level s (`diffusion.x0_loss_weighting`): "velocity"
+    turns it into the velocity squared error it implies, "uniform" keeps it as it is."""
+    if weighting == "velocity":
+        return 1.0 / max(float(sigma), X0_LOSS_MIN_SIGMA) ** 2
+    if weighting == "uniform":
+        return 1.0
+    raise ValueError(f"unknown x0 loss weighting {weighting!r}: use one of {list(X0_LOSS_WEIGHTINGS)}")
 
 
 def to_video_residual(latents: torch.Tensor) -> torch.Tensor:

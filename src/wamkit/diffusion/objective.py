@@ -57,6 +57,7 @@ class ModeObjective:
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
         self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
+        self.x0_loss_weighting = str(getattr(diffusion_cfg, "x0_loss_weighting", "velocity"))
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
@@ -127,8 +128,8 @@ class ModeObjective:
         video_noise = torch.randn(x0.shape, generator=generator)
         noisy_video, video_target = add_noise(x0, sigma, video_noise)
         video_weight = 1.0
-        if self.video_prediction == "x0":  # the velocity loss of an x0 prediction: |x0_hat - x0|^2 / s^2
-            video_target, video_weight = x0, x0_loss_weight(sigma)
+        if self.video_prediction == "x0":  # |x0_hat - x0|^2, weighted per noise level (x0_loss_weight)
+            video_target, video_weight = x0, x0_loss_weight(sigma, self.x0_loss_weighting)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
         noisy_video[:, clean_frames] = x0[:, clean_frames]
         rows = sample.actions

@@ -108,8 +108,18 @@ def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu"
     with torch.device("meta" if meta else device):
         model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains,
                                   cfg.model.fps_modulation)
+        if cfg.model.zero_init_video_output:
+            zero_video_output(model)
     set_trainable(model, cfg.model.train_text_pathway)
     return model
+
+
+def zero_video_output(model) -> None:
+    """model.zero_init_video_output: the video output projection starts at zero."""
+    with torch.no_grad():
+        model.proj_out.weight.zero_()
+        if model.proj_out.bias is not None:
+            model.proj_out.bias.zero_()
 
 
 def load_base_weights(model, cfg) -> str:

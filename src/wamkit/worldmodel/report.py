@@ -293,7 +293,8 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
                  allow_any_mode: bool = False) -> int:
     """Evaluate a forward-dynamics checkpoint/export on recorded episodes; writes out_dir/report.{json,md},
     videos and plots. dataset: default the training dataset (data contract); episodes: default the
-    run's validation episodes, else the first dataset episode; shift: default the training shift.
+    run's first validation episode, else the first dataset episode; "held_out": all of the run's
+    validation episodes; shift: default the training shift.
     The seed's eval setting is num_steps=30, guidance=1.0, shift=10."""
     modes = list(modes)
     bad = [m for m in modes if m not in MODES]
@@ -302,6 +303,11 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
                               guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode)
     ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
+    if episodes == "held_out":
+        episodes = list(wm.contract.get("val_episodes") or [])
+        if not episodes:
+            raise WorldModelError("episodes", "this run recorded no validation episodes (data.val_fraction = 0?)",
+                                  "name the episodes to evaluate with --episodes")
     if episodes is None or len(episodes) == 0:
         episodes = list(wm.contract.get("val_episodes") or [])[:1] or ds.episode_indices[:1]
     episodes = [int(e) for e in episodes]
