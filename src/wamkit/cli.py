@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     wm.add_argument("--seed", type=int, default=0)
     wm.add_argument("--no-probes", action="store_true", help="skip the per-axis action probes")
     wm.add_argument("--raw", action="store_true", help="evaluate a checkpoint's raw weights instead of its EMA")
+    wm.add_argument("--attention", choices=["sdpa", "flex", "per_sample"], default=None,
+                    help="attention backend for sampling (default: the run's, with flex sampled as per_sample)")
     wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
     wm.add_argument("--device", default="cpu")
     wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model against their eval sim success")
@@ -183,7 +185,7 @@ def _dispatch(args) -> int:
         return eval_wm_main(args.checkpoint, dataset=args.dataset, episodes=episodes, modes=args.modes, out_dir=args.out,
                             num_steps=args.num_steps, shift=args.shift, guidance=args.guidance,
                             guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
-                            probes=not args.no_probes, device=args.device, use_ema=not args.raw)
+                            probes=not args.no_probes, device=args.device, use_ema=not args.raw, attention=args.attention)
     if args.command == "eval" and args.eval_command == "wm-policy":
         from wamkit.worldmodel.policy_eval import eval_wm_policy_main
 

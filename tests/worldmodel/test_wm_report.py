@@ -101,3 +101,31 @@ def test_held_out_evaluates_every_validation_episode(fd_run, tmp_path):
                       num_steps=1, probes=False)
     assert rc == 0
     assert json.loads((tmp_path / "report.json").read_text())["episodes"] == [int(e) for e in val_episodes]
+
+
+def test_rollouts_sample_flex_runs_with_per_sample():
+    """Flex recompiles for every new rollout pack, so world models sample flex-trained runs with the
+    exact per_sample backend; every other backend is kept, and an explicit choice wins."""
+    from wamkit.worldmodel.rollout import sampling_attention
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert sampling_attention("flex", cuda, torch.bfloat16) == "per_sample"
+    assert sampling_attention("auto", cuda, torch.bfloat16) == "per_sample"  # auto resolves to flex there
+    assert sampling_attention("sdpa", cuda, torch.bfloat16) == "sdpa"
+    assert sampling_attention("auto", cpu, torch.float32) == "per_sample"
+
+
+def test_eval_wm_attention_override(fd_run, tmp_path):
+    """`eval wm --attention sdpa` samples with dense masks: the same report numbers as the default."""
+    from wamkit.model.packing import PackedAttention, PerSampleAttention
+
+    run_dir, data = fd_run
+    assert type(WorldModel.from_path(run_dir, attention="sdpa").processor) is PackedAttention
+    assert isinstance(WorldModel.from_path(run_dir).processor, PerSampleAttention)
+    psnr = {}
+    for backend in (None, "sdpa"):
+        out = tmp_path / str(backend)
+        eval_wm_main(run_dir, dataset=str(data), episodes=[0], modes=["teacher_forced"], out_dir=out, num_steps=2,
+                     probes=False, attention=backend)
+        psnr[backend] = json.loads((out / "report.json").read_text())["results"]["teacher_forced"]["model"]["psnr"]
+    assert psnr[None] == pytest.approx(psnr["sdpa"], abs=1e-3)

@@ -290,7 +290,7 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
                  shift: float | None = None, guidance: float = 1.0, seed: int = 0, guidance_interval=(0.0, 1.0),
                  solver: str = "euler", probes: bool = True, probe_scale: float = 1.0,
                  psnr_threshold: float = PSNR_THRESHOLD_DB, device: str = "cpu", use_ema: bool = True,
-                 allow_any_mode: bool = False) -> int:
+                 allow_any_mode: bool = False, attention: str | None = None) -> int:
     """Evaluate a forward-dynamics checkpoint/export on recorded episodes; writes out_dir/report.{json,md},
     videos and plots. dataset: default the training dataset (data contract); episodes: default the
     run's first validation episode, else the first dataset episode; "held_out": all of the run's
@@ -301,7 +301,7 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     if bad or not modes:
         raise WorldModelError("modes", f"{bad or modes} not understood", f"use any of {list(MODES)}")
     wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
-                              guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode)
+                              guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode, attention=attention)
     ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
     if episodes == "held_out":
         episodes = list(wm.contract.get("val_episodes") or [])

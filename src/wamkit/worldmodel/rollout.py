@@ -45,10 +45,20 @@ def _seed_for(seed: int, episode: int, chunk: int, salt: int = 0) -> int:
     return (int(seed) * 1_000_003 + int(episode) * 10_007 + int(chunk) * 101 + salt) % (2**63)
 
 
+def sampling_attention(run_backend: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The backend rollouts sample with by default: the run's own, but per_sample where that resolves
+    to flex. Every rollout pack has a new layout (chunk counts, prompts), so compiled flex recompiles
+    for each and an H200 evaluation of a flex-trained world model did not finish in 50 s
+    (benchmarks/RESULTS.md); per_sample gives the same outputs and compiles nothing."""
+    backend = attention_backend(run_backend, device, dtype)
+    return "per_sample" if backend == "flex" else backend
+
+
 class WorldModel(ContractModel):
     """A loaded model (wamkit.policy.loading.LoadedModel) used as an action-conditioned video
     generator. Default sampling: 30 Euler steps, guidance 1.0, the training shift, and the run's
-    `model.attention` backend."""
+    `model.attention` backend, except that runs trained with flex sample with per_sample
+    (`sampling_attention`)."""
 
     def __init__(self, loaded, num_steps: int = 30, shift: float | None = None, guidance: float = 1.0,
                  guidance_interval=(0.0, 1.0), solver: str = "euler", allow_any_mode: bool = False,
@@ -62,7 +72,7 @@ class WorldModel(ContractModel):
         self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
         self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
         param = next(self.model.parameters())
-        backend = attention or str(loaded.model_info.get("attention", "auto"))  # default: the run's own
+        backend = attention or sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype)
         self.processor = install_packed_attention(self.model, attention_backend(backend, param.device, param.dtype))
 
     @classmethod
