@@ -214,7 +214,9 @@ def _dispatch(args) -> int:
     if args.command == "distill":
         from wamkit.distill import distill_main
 
-        print("[wamkit] done: " + json.dumps(distill_main(args.recipe, args.overrides, device=args.device), indent=2))
+        summary = distill_main(args.recipe, args.overrides, device=args.device)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
+            print("[wamkit] done: " + json.dumps(summary, indent=2))
         return 0
     if args.command == "export":
         if args.student_only:

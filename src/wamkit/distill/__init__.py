@@ -1,4 +1,5 @@
-"""Stages 2 (TF-dCM) and 3 (SF-DMD) of the sim-bimanual chain: few-step chunk-autoregressive students."""
+"""Stages 2 (TF-dCM) and 3 (SF-DMD) of the sim-bimanual chain: few-step chunk-autoregressive students,
+one process or N under torchrun (FSDP2)."""
 
 from wamkit.distill.config import DistillConfig, load_distill_recipe
 from wamkit.distill.export import export_student

@@ -56,16 +56,19 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
+from wamkit.train.parallel import (all_reduce_mean, barrier, build_mesh, compute_precision, init_distributed, parallel_dims,
+                                   parallelize)
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.trainer import RESUMABLE_KNOBS, sample_generator
 
 DISTILL_CONFIG = "distill_config.json"
+EXIT_STEP_OFFSET = 1 << 41  # stream positions of the shared exit-step draws: apart from every sample's and validation's
 
 
 def load_frozen(cfg, latent_channels: int, path: str, what: str):
-    """A frozen copy of a wamkit iteration directory's regular weights ("model")."""
+    """A wamkit iteration directory's regular weights ("model"), on the CPU, before placement."""
     where = Path(expand_env(path, f"distill.{what}_path")).expanduser()
     if not (where / ckpt.COMPLETE_MARKER).is_file():
         raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
@@ -75,47 +78,47 @@ def load_frozen(cfg, latent_channels: int, path: str, what: str):
 
 
 class DistillTrainer:
+    """One process, or N under torchrun: every model (student, its EMA, teacher / reference, critic) is
+    sharded with the Trainer's FSDP2 `parallelize`, each rank takes its slice of the global batch, and
+    everything random that decides how many forwards a step runs is drawn identically on every rank,
+    so N processes reproduce one process with the same global batch."""
+
     def __init__(self, cfg, dcfg: DistillConfig, device: str = "cpu"):
         self.cfg, self.dcfg = cfg, dcfg
-        self.device = torch.device(device)
+        self.ctx = init_distributed(device)
+        self.device = self.ctx.device
         self.run_dir = cfg.job.run_dir()
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
         self.data = build_run_data(cfg)
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
         channels = self.video_tokenizer.latent_channels
-        self.student = build_model(cfg, channels, "cpu")
-        check_vocab(self.student, self.text_tokenizer)
-        ckpt.remove_stale_temporaries(self.checkpoints_dir)
-        self.latest = ckpt.latest_checkpoint(self.checkpoints_dir)
+        self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
+        student = build_model(cfg, channels, "cpu")
+        check_vocab(student, self.text_tokenizer)
+        self.latest = self._find_latest()
         if self.latest is None:
             if not cfg.checkpoint.load_path:
                 raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
-            load_base_weights(self.student, cfg)
+            load_base_weights(student, cfg)
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
         self.fps = float(self.data.dataset.fps)
         self.procs = {}
-        # The run's model.attention; distillation computes in fp32, so `auto` never picks flex here.
+        # The run's model.attention; resolved as for fp32, so `auto` never picks flex (the block-causal
+        # flex path is not tested for distillation).
         self.attention = attention_backend(cfg.model.attention, self.device, torch.float32)
-        self.student = self.student.to(self.device)
-        self.procs["student"] = install_packed_attention(self.student, self.attention)
+        self.student = self._place("student", student)
         self.optimizer = build_optimizer(self.student, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.student, cfg.ema.beta, cfg.ema.warmup)
-        self.ema_model = copy.deepcopy(self.student).requires_grad_(False)
-        self.procs["ema"] = install_packed_attention(self.ema_model, self.attention)
+        # Same build and sharding as the student, so the EMA (sharded like the student) copies in place.
+        self.ema_model = self._place("ema", build_model(cfg, channels, "cpu"), frozen=True)
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if dcfg.method == "tf_dcm":
-            self.teacher = load_frozen(cfg, channels, dcfg.teacher_path, "teacher").to(self.device).eval().requires_grad_(False)
-            self.procs["teacher"] = install_packed_attention(self.teacher, self.attention)
+            self.teacher = self._place("teacher", load_frozen(cfg, channels, dcfg.teacher_path, "teacher"), frozen=True)
         else:
-            self.reference = load_frozen(cfg, channels, dcfg.reference_path, "reference").to(self.device).eval().requires_grad_(False)
-            self.procs["reference"] = install_packed_attention(self.reference, self.attention)
-            self.critic = load_frozen(cfg, channels, dcfg.critic_path, "critic").to(self.device)
-            from wamkit.model.cosmos3 import set_trainable
-
-            set_trainable(self.critic, cfg.model.train_text_pathway)
-            self.procs["critic"] = install_packed_attention(self.critic, self.attention)
+            self.reference = self._place("reference", load_frozen(cfg, channels, dcfg.reference_path, "reference"), frozen=True)
+            self.critic = self._place("critic", load_frozen(cfg, channels, dcfg.critic_path, "critic"))
             critic_opt_cfg = copy.copy(cfg.optimizer)
             if dcfg.critic_lr > 0:
                 critic_opt_cfg.lr = dcfg.critic_lr
@@ -124,6 +127,22 @@ class DistillTrainer:
         self.student_sigmas = sigma_schedule(dcfg.student_steps, dcfg.student_shift).tolist()
         self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
         self.step = self.consumed = self.student_updates = self.critic_updates = 0
+
+    def _place(self, role: str, model, frozen: bool = False):
+        """Onto the device and through the Trainer's `parallelize` (activation checkpointing, compile,
+        FSDP2 under torchrun), with this run's attention processor. Frozen models keep the trainable
+        flags of their build while being sharded, so they shard exactly like the student."""
+        model = parallelize(model.to(self.device), self.mesh, self.cfg)
+        if frozen:
+            model.eval().requires_grad_(False)
+        self.procs[role] = install_packed_attention(model, self.attention)
+        return model
+
+    def _find_latest(self):
+        if self.ctx.is_main:
+            ckpt.remove_stale_temporaries(self.checkpoints_dir)
+        barrier(self.ctx)
+        return ckpt.latest_checkpoint(self.checkpoints_dir)
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -176,11 +195,12 @@ class DistillTrainer:
                                   "use a new job.name for a new experiment, or restore the recipe it was started with")
 
     def save(self) -> Path:
-        metadata = {"data_contract": self.data.contract, "world_size": 1, "distill": distill_to_dict(self.dcfg),
+        metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size, "distill": distill_to_dict(self.dcfg),
                     "student_sigmas": self.student_sigmas, "student_updates": self.student_updates,
                     "critic_updates": self.critic_updates}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata)
-        ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        if self.ctx.is_main:
+            ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
 
     # ---- sequences ---------------------------------------------------------------------------
@@ -253,7 +273,7 @@ class DistillTrainer:
         generated = [[None] * len(chunk_of) for _ in samples]
         for c in range(1, max(chunk_of) + 1):
             frames = [f for f, cc in enumerate(chunk_of) if cc == c]
-            exit_step = int(torch.randint(0, len(sigmas) - 1, (1,), generator=gens[0]))
+            exit_step = self.exit_step(c)
             x = [torch.randn(v[:, frames].shape, generator=g).to(self.device) for v, g in zip(videos, gens)]
             for i in range(exit_step + 1):
                 grad = with_grad and i == exit_step
@@ -275,6 +295,13 @@ class DistillTrainer:
         for j, v in enumerate(videos):
             out.append(torch.stack([v[:, 0]] + [generated[j][f] for f in range(1, v.shape[1])], dim=1))
         return out
+
+    def exit_step(self, chunk: int) -> int:
+        """The ladder step at which chunk `chunk` of this step's rollout leaves with grad. One draw
+        for the whole step, keyed by (seed, step, chunk), never by a sample: every rank must run the
+        same number of student forwards, or the sharded forwards' collectives would not pair up."""
+        g = sample_generator(self.cfg.job.seed, EXIT_STEP_OFFSET + self.step * 4096 + chunk)
+        return int(torch.randint(0, len(self.student_sigmas) - 1, (1,), generator=g))
 
     def _noised(self, samples, videos, gens):
         seqs, eps = [], []
@@ -320,6 +347,8 @@ class DistillTrainer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.grad_clip)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
+            norm = norm.full_tensor()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -327,21 +356,21 @@ class DistillTrainer:
 
     def train_step(self, stream) -> dict:
         samples = next(stream)
-        gens = [sample_generator(self.cfg.job.seed, self.consumed + j) for j in range(len(samples))]
+        first = self.consumed + self.ctx.rank * self.cfg.trainer.samples_per_step  # this rank's slice of the global batch
+        gens = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
         with torch.no_grad():
             latents = [self.video_tokenizer.encode(s.video.unsqueeze(0))[0].float().to(self.device) for s in samples]
-        self.consumed += len(samples)
-        if self.dcfg.method == "tf_dcm":
-            loss = self.dcm_loss(samples, latents, gens)
-            role = "student"
-        elif self.is_student_turn(self.step):
-            loss = self.dmd_loss(samples, latents, gens)
-            role = "student"
-        else:
-            loss = self.critic_loss(samples, latents, gens)
-            role = "critic"
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"{role} loss is {loss.item()} at step {self.step}")
+        self.consumed += self.cfg.trainer.samples_per_step * self.ctx.world_size
+        with compute_precision(self.cfg, self.mesh, self.device):
+            if self.dcfg.method == "tf_dcm":
+                loss, role = self.dcm_loss(samples, latents, gens), "student"
+            elif self.is_student_turn(self.step):
+                loss, role = self.dmd_loss(samples, latents, gens), "student"
+            else:
+                loss, role = self.critic_loss(samples, latents, gens), "critic"
+        value = all_reduce_mean(loss.item(), self.ctx)
+        if not math.isfinite(value):
+            raise FloatingPointError(f"{role} loss is {value} at step {self.step}")
         if role == "student":
             norm = self._apply(self.student, self.optimizer, self.scheduler, loss)
             self.student_updates += 1
@@ -350,38 +379,43 @@ class DistillTrainer:
         else:
             norm = self._apply(self.critic, self.critic_optimizer, self.critic_scheduler, loss)
             self.critic_updates += 1
-        return {"loss": loss.item(), f"{role}_loss": loss.item(), "role": role, "grad_norm": norm,
+        return {"loss": value, f"{role}_loss": value, "role": role, "grad_norm": norm,
                 "lr": self.optimizer.param_groups[0]["lr"], "student_updates": self.student_updates,
                 "critic_updates": self.critic_updates}
 
     def train(self) -> dict:
         how = self.resume()
         self.ema.copy_to(self.ema_model)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(format_config(self.cfg) + "[distill]\n" + "".join(
-            f"{k} = {json.dumps(v)}\n" for k, v in distill_to_dict(self.dcfg).items()))
-        (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
-        (self.run_dir / DISTILL_CONFIG).write_text(json.dumps(distill_to_dict(self.dcfg), indent=2))
-        (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
-        print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}", flush=True)
+        main = self.ctx.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(format_config(self.cfg) + "[distill]\n" + "".join(
+                f"{k} = {json.dumps(v)}\n" for k, v in distill_to_dict(self.dcfg).items()))
+            (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
+            (self.run_dir / DISTILL_CONFIG).write_text(json.dumps(distill_to_dict(self.dcfg), indent=2))
+            (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
+            print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}\n[wamkit] world size {self.ctx.world_size}, "
+                  f"global batch {self.cfg.trainer.samples_per_step * self.ctx.world_size} samples/step", flush=True)
         cfg = self.cfg.trainer
         if self.step >= cfg.max_iter:
             return self.summary()
-        logger = MetricsLogger(self.run_dir, self.step)
-        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step, 0)
+        logger = MetricsLogger(self.run_dir, self.step) if main else None
+        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step, 0,
+                              self.ctx.rank, self.ctx.world_size)
         self.student.train()
         try:
             while self.step < cfg.max_iter:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
-                record["samples_per_s"] = cfg.samples_per_step / (time.perf_counter() - t0)
-                if self.step % cfg.log_every == 0 or self.step == cfg.max_iter:
+                record["samples_per_s"] = cfg.samples_per_step * self.ctx.world_size / (time.perf_counter() - t0)
+                if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
                 if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
                     self.save()
         finally:
-            logger.close()
+            if logger is not None:
+                logger.close()
         return self.summary()
 
     def summary(self) -> dict:

@@ -8,6 +8,7 @@ node count for HSDP)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import os
@@ -142,6 +143,14 @@ def prefetch_layers(layers: list, n: int) -> None:
     for i, layer in enumerate(layers):
         layer.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + n])
         layer.set_modules_to_backward_prefetch(layers[max(0, i - n) : i][::-1])
+
+
+def compute_precision(cfg, mesh, device: torch.device):
+    """FSDP2 casts to `parallel.param_dtype` under torchrun; a single-process CUDA run gets the same
+    bf16 compute over fp32 master weights from autocast."""
+    if mesh is None and device.type == "cuda" and cfg.parallel.param_dtype == "bfloat16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def all_reduce_mean(value: float, ctx: DistContext) -> float:

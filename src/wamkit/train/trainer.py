@@ -4,7 +4,6 @@ position from the step count, so a resumed run reproduces the uninterrupted one 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -24,7 +23,7 @@ from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
-from wamkit.train.parallel import all_reduce_mean, barrier, build_mesh, init_distributed, parallel_dims, parallelize
+from wamkit.train.parallel import all_reduce_mean, barrier, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
@@ -91,11 +90,7 @@ class Trainer:
         return budget // tokens
 
     def compute_precision(self):
-        """FSDP2 casts to `parallel.param_dtype` under torchrun; a single-process CUDA run gets the
-        same bf16 compute over fp32 master weights from autocast."""
-        if self.mesh is None and self.device.type == "cuda" and self.cfg.parallel.param_dtype == "bfloat16":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return compute_precision(self.cfg, self.mesh, self.device)
 
     @property
     def global_micro_batch(self) -> int:

@@ -1,0 +1,73 @@
+"""Distillation under torchrun: 2 gloo processes (FSDP2 on CPU) with 2 samples each give the losses of
+one process with 4, for TF-dCM (stage 2) and SF-DMD (stage 3: critic and student turns, multi-chunk
+rollouts with a random exit step); the sharded checkpoint resumes in one process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.bimanual.tiny import recipe, tiny_overrides
+from tests.helpers import REPO
+from wamkit.bimanual import write_synthetic_bundle
+from wamkit.config import load_experiment
+from wamkit.distill import DistillTrainer, load_distill_recipe
+from wamkit.train.metrics import read_metrics
+from wamkit.train.trainer import Trainer
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    root = tmp_path_factory.mktemp("chain")
+    bundle = write_synthetic_bundle(root / "bundle", samples=8)
+    runs = root / "runs"
+    stage0 = Trainer(load_experiment(recipe(0), tiny_overrides(bundle, runs, "d-stage0", 2, chunk_frames=0))).train()["latest_checkpoint"]
+    stage1 = Trainer(load_experiment(recipe(1), tiny_overrides(bundle, runs, "d-stage1", 2, stage0))).train()["latest_checkpoint"]
+    return bundle, runs, stage0, stage1
+
+
+def _overrides(chain, stage, name, iters, per_rank, extra):
+    bundle, runs, _, stage1 = chain  # stage 3's student may start from any completed iteration dir
+    pairs = tiny_overrides(bundle, runs, name, iters, stage1, extra={"trainer.samples_per_step": per_rank, "parallel.param_dtype": '"float32"', **extra})
+    return [a for kv in pairs for a in ("--set", kv)]
+
+
+def _distill(args, nproc):
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
+    cmd = [sys.executable, *launcher, "-m", "wamkit.cli", "distill", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _losses(run_dir):
+    return [(r["role"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+@pytest.mark.parametrize("stage,iters", [(2, 2), (3, 6)])
+def test_two_processes_distill_like_one(chain, stage, iters):
+    bundle, runs, stage0, stage1 = chain
+    extra = ({"distill.teacher_path": f'"{stage1}"'} if stage == 2
+             else {"distill.reference_path": f'"{stage0}"', "distill.critic_path": f'"{stage0}"'})
+    two = _distill([str(recipe(stage)), *_overrides(chain, stage, f"two-{stage}", iters, 2, extra)], nproc=2)
+    assert "world size 2, global batch 4" in two.stdout
+    _distill([str(recipe(stage)), *_overrides(chain, stage, f"one-{stage}", iters, 4, extra)], nproc=1)
+    got, want = _losses(runs / f"two-{stage}"), _losses(runs / f"one-{stage}")
+    assert [r for r, _ in got] == [r for r, _ in want] and len(got) == iters
+    if stage == 3:
+        assert {r for r, _ in got} == {"critic", "student"}
+    torch.testing.assert_close(torch.tensor([l for _, l in got]), torch.tensor([l for _, l in want]), rtol=1e-4, atol=1e-6)
+
+    # the 2-process checkpoint resumes in one process: student, EMA and (stage 3) critic restored
+    cfg, dcfg = load_distill_recipe(recipe(stage), [a for a in _overrides(chain, stage, f"two-{stage}", iters + 1, 2, extra) if a != "--set"])
+    resumed = DistillTrainer(cfg, dcfg)
+    assert "at step %d" % iters in resumed.resume() and resumed.step == iters
+    single = DistillTrainer(*load_distill_recipe(recipe(stage), [a for a in _overrides(chain, stage, f"one-{stage}", iters + 1, 4, extra) if a != "--set"]))
+    single.resume()
+    for (name, a), (_, b) in zip(resumed.student.state_dict().items(), single.student.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+    for name in single.ema.shadow:
+        torch.testing.assert_close(resumed.ema.shadow[name], single.ema.shadow[name], rtol=1e-4, atol=1e-6, msg=name)
