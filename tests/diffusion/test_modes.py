@@ -214,9 +214,35 @@ def test_x0_prediction_trains_towards_the_clean_latents(weighting):
     assert losses.video == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
+@pytest.mark.parametrize("weighting", ["velocity", "uniform"])
+def test_x0_action_prediction_trains_towards_the_clean_chunk(weighting):
+    """diffusion.action_prediction = "x0": the action loss is the masked |out - actions|^2 on the noisy
+    rows, weighted per noise level like the video's."""
+    objective = _objective("policy", action_prediction="x0", x0_loss_weighting=weighting)
+    samples, sigmas, outputs = _samples(2), [], []
+
+    def record_sigma(_module, _args, kwargs):
+        sigmas.extend(float(t) / 1000.0 for t in torch.unique_consecutive(kwargs["vision_timesteps"]))
+
+    objective.model.register_forward_pre_hook(record_sigma, with_kwargs=True)
+    objective.model.register_forward_hook(lambda _m, _a, out: outputs.append(out))
+    losses = objective(samples, _gens(2))
+    expected = []
+    for i, (sample, sigma) in enumerate(zip(samples, sigmas)):
+        rows = torch.cat([sample.state.unsqueeze(0), sample.actions]) if sample.state is not None else sample.actions
+        noisy = list(range(1 if sample.state is not None else 0, rows.shape[0]))
+        mask = sample.action_mask
+        err = (outputs[0].action[i].detach().float()[noisy] - rows[noisy]).pow(2) * mask
+        weight = 1.0 / max(sigma, 0.05) ** 2 if weighting == "velocity" else 1.0
+        expected.append(err.sum() / (len(noisy) * mask.sum()) * weight)
+    assert losses.action == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
+
+
 def test_unknown_video_prediction_is_refused():
     with pytest.raises(ConfigError, match="video_prediction"):
         load_experiment(None, ['diffusion.video_prediction="eps"'])
+    with pytest.raises(ConfigError, match="action_prediction"):
+        load_experiment(None, ['diffusion.action_prediction="eps"'])
     with pytest.raises(ConfigError, match="x0_loss_weighting"):
         load_experiment(None, ['diffusion.x0_loss_weighting="snr"'])
 

@@ -41,9 +41,9 @@ class FakeVelocity(torch.nn.Module):
     """v = (x - x0) / sigma on noisy positions: the exact velocity towards fixed targets x0, so an
     Euler sampler from sigma = 1 must land exactly on x0."""
 
-    def __init__(self, config, video_x0: float, action_x0: torch.Tensor):
+    def __init__(self, config, video_x0: float, action_x0: torch.Tensor, actions_as: str = "velocity"):
         super().__init__()
-        self.config = config
+        self.config, self.actions_as = config, actions_as
         self.dummy = torch.nn.Parameter(torch.zeros(1))
         self.video_x0, self.action_x0 = video_x0, action_x0
         self.calls, self.batch_sizes = 0, []
@@ -61,7 +61,7 @@ class FakeVelocity(torch.nn.Module):
             v[:, :, noisy] = (video[:, :, noisy] - self.video_x0) / sigma
             a = torch.zeros_like(rows)
             target = self.action_x0[-rows.shape[0]:]
-            a[noisy_rows] = (rows[noisy_rows] - target[noisy_rows]) / sigma
+            a[noisy_rows] = (rows[noisy_rows] - target[noisy_rows]) / sigma if self.actions_as == "velocity" else target[noisy_rows]
             samples.append(v)
             actions.append(a)
         return SimpleNamespace(sample=samples, action=actions)
@@ -86,6 +86,25 @@ def test_euler_recovers_x0_exactly_for_the_exact_velocity(tiny_config, guidance,
         torch.testing.assert_close(a, target[1:], atol=1e-5, rtol=1e-5)
     assert model.calls == 5  # one packed forward per step
     assert model.batch_sizes == [3 if guidance == 1.0 else 6] * 5  # guidance packs the unconditional twins in
+
+
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_x0_action_output_is_read_as_the_clean_chunk(tiny_config, num_steps):
+    """A network whose action head outputs the clean chunk itself (diffusion.action_prediction = "x0")
+    lands exactly on it in any number of steps when the sampler is told so; read as a velocity, the
+    same output does not."""
+    target = torch.zeros(T + 1, MAX_DIM)
+    target[:, :3] = torch.linspace(-0.9, 0.9, (T + 1) * 3).view(T + 1, 3)
+    observations = [_obs(i) for i in range(2)]
+    results = {}
+    for told in ("x0", "velocity"):
+        model = FakeVelocity(tiny_config, 0.25, target, actions_as="x0")
+        results[told] = sample_policy(model, install_packed_attention(model), PixelTokenizer(8), ByteTokenizer(32), observations,
+                                      num_steps=num_steps, shift=3.0, generator=torch.Generator().manual_seed(0), fps=10.0,
+                                      action_prediction=told)
+    for a in results["x0"]:
+        torch.testing.assert_close(a, target[1:], atol=1e-5, rtol=1e-5)
+    assert (results["velocity"] - target[1:]).abs().max() > 0.1
 
 
 def test_padded_action_channels_stay_zero(tiny_config):

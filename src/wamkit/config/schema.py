@@ -10,7 +10,7 @@ from pathlib import Path
 
 from wamkit.errors import ConfigError
 
-VIDEO_PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction
+PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
 X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
 
 TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
@@ -139,11 +139,16 @@ class DiffusionConfig:
     # samples carry no leftover noise, and with video_residual an all-zero output is copy-last-frame
     # at every noise level.
     video_prediction: str = "velocity"
+    # The same choice for the action head's output. "x0" with x0_loss_weighting = "uniform" trains the
+    # head towards the conditional mean of the action chunk, which a 1-step sample returns: for
+    # demonstrations with one right answer per observation (scripted experts), the chunk a regression
+    # policy such as ACT predicts.
+    action_prediction: str = "velocity"
     # How an x0 prediction's squared error is weighted per noise level s: "velocity" (1 / max(s, 0.05)^2,
     # the velocity loss it implies: low-noise samples, i.e. fine detail, dominate) or "uniform" (1: the
     # high-noise samples dominate, where the net must predict the conditional mean of the future from
     # the observed frame and the actions alone; that mean is what a 1-step sample returns and what PSNR
-    # rewards). Read only with video_prediction = "x0".
+    # rewards). Read for every output predicted as x0 (video_prediction, action_prediction).
     x0_loss_weighting: str = "velocity"
 
 
@@ -281,9 +286,10 @@ class ExperimentConfig:
         for name in ("max_iter", "samples_per_step", "grad_accum_iter", "log_every"):
             if getattr(self.trainer, name) <= 0:
                 raise ConfigError(f"trainer.{name}", "must be positive", "")
-        if self.diffusion.video_prediction not in VIDEO_PREDICTIONS:
-            raise ConfigError("diffusion.video_prediction", f"unknown prediction {self.diffusion.video_prediction!r}",
-                              f"use one of {list(VIDEO_PREDICTIONS)}")
+        for name in ("video_prediction", "action_prediction"):
+            if getattr(self.diffusion, name) not in PREDICTIONS:
+                raise ConfigError(f"diffusion.{name}", f"unknown prediction {getattr(self.diffusion, name)!r}",
+                                  f"use one of {list(PREDICTIONS)}")
         if self.model.zero_init_video_output and self.checkpoint.load_path:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
                               f"= {self.checkpoint.load_path!r} loads weights over it", "drop one of the two")

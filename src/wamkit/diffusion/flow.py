@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from wamkit.config.schema import VIDEO_PREDICTIONS, X0_LOSS_WEIGHTINGS
+from wamkit.config.schema import PREDICTIONS, X0_LOSS_WEIGHTINGS
 
 X0_LOSS_MIN_SIGMA = 0.05  # x0 prediction's velocity loss divides by max(s, this): finite near s = 0
 
@@ -33,17 +33,17 @@ def add_noise(x0: torch.Tensor, sigma: float, noise: torch.Tensor) -> tuple[torc
     return sigma * noise + (1.0 - sigma) * x0, noise - x0
 
 
-def video_velocity(prediction: torch.Tensor, x_s: torch.Tensor, sigma: float, kind: str) -> torch.Tensor:
-    """The network's video output as the velocity eps - x0 that the samplers integrate.
+def as_velocity(prediction: torch.Tensor, x_s: torch.Tensor, sigma: float, kind: str) -> torch.Tensor:
+    """A network output (video or actions) as the velocity eps - x0 that the samplers integrate.
 
-    kind "x0" (`diffusion.video_prediction`): x_s = s eps + (1 - s) x0 gives v = (x_s - x0) / s,
+    kind "x0" (`diffusion.video_prediction` / `action_prediction`): x_s = s eps + (1 - s) x0 gives v = (x_s - x0) / s,
     so an Euler step to s' lands on (s'/s) x_s + (1 - s'/s) x0_hat and the last one (s' = 0) on
     x0_hat itself. Samplers never evaluate s = 0."""
     if kind == "velocity":
         return prediction
     if kind == "x0":
         return (x_s - prediction) / float(sigma)
-    raise ValueError(f"unknown video prediction {kind!r}: use one of {list(VIDEO_PREDICTIONS)}")
+    raise ValueError(f"unknown prediction {kind!r}: use one of {list(PREDICTIONS)}")
 
 
 def x0_loss_weight(sigma: float, weighting: str = "velocity") -> float:

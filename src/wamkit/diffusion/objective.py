@@ -57,6 +57,7 @@ class ModeObjective:
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
         self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
+        self.action_prediction = str(getattr(diffusion_cfg, "action_prediction", "velocity"))
         self.x0_loss_weighting = str(getattr(diffusion_cfg, "x0_loss_weighting", "velocity"))
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -139,6 +140,9 @@ class ModeObjective:
         mask = sample.action_mask.to(rows.dtype)
         action_noise = torch.randn(rows.shape, generator=generator) * mask
         noisy_rows, action_target = add_noise(rows, sigma, action_noise)
+        action_weight = 1.0
+        if self.action_prediction == "x0":
+            action_target, action_weight = rows, x0_loss_weight(sigma, self.x0_loss_weighting)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
         noisy_rows[clean_rows] = rows[clean_rows]
         if self.causal_chunk_frames > 0 and mode != "inverse_dynamics":
@@ -156,7 +160,7 @@ class ModeObjective:
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
             action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames,
         )
-        return seq, {"video": video_target, "action": action_target, "video_weight": video_weight}
+        return seq, {"video": video_target, "action": action_target, "video_weight": video_weight, "action_weight": action_weight}
 
     def _losses(self, out, targets, batch, masks) -> StepLosses:
         video_terms, action_terms = [], []
@@ -168,7 +172,7 @@ class ModeObjective:
             rows = batch.action_noisy_rows[i]
             if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
                 err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]
-                action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1))
+                action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1) * target["action_weight"])
         zero = torch.zeros((), device=out.sample[0].device)
         video = torch.stack(video_terms).mean() if video_terms else zero
         action = torch.stack(action_terms).mean() if action_terms else zero

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamkit.diffusion.flow import shift_sigma, video_velocity
+from wamkit.diffusion.flow import as_velocity, shift_sigma
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import latent_frames
@@ -74,6 +74,7 @@ def sample_policy(
     model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
     uncond_prompt: str = "", cache_text: bool = True, video_prediction: str = "velocity",
+    action_prediction: str = "velocity",
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -83,7 +84,8 @@ def sample_policy(
     `guidance` > 1 mixes in an unconditional prediction (prompt `uncond_prompt`), packed in the
     same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off. `cache_text` computes the text
     pathway once per call instead of once per step (exact; see wamkit.model.denoise).
-    `video_prediction`: what the network's video output is (the run's `diffusion.video_prediction`)."""
+    `video_prediction` / `action_prediction`: what the network's video / action outputs are (the
+    run's `diffusion.video_prediction` / `action_prediction`)."""
     max_action_dim = int(model.config.action_dim)
     _check_inputs(observations, max_action_dim)
     if len({o.chunk_length for o in observations}) > 1:
@@ -128,12 +130,13 @@ def sample_policy(
             out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
             dt = sigma_next - sigma
             for i in range(n):
-                v_video = video_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
-                v_action = out.action[i].float()
+                v_video = as_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
+                v_action = as_velocity(out.action[i].float(), rows[i], sigma, action_prediction)
                 if use_cfg:
-                    v_uncond = video_velocity(out.sample[n + i][0].float(), videos[i], sigma, video_prediction)
+                    v_uncond = as_velocity(out.sample[n + i][0].float(), videos[i], sigma, video_prediction)
                     v_video = v_uncond + guidance * (v_video - v_uncond)
-                    v_action = out.action[n + i].float() + guidance * (v_action - out.action[n + i].float())
+                    a_uncond = as_velocity(out.action[n + i].float(), rows[i], sigma, action_prediction)
+                    v_action = a_uncond + guidance * (v_action - a_uncond)
                 videos[i] = videos[i] + dt * v_video
                 videos[i][:, 0] = x0_frames[i]
                 rows[i] = (rows[i] + dt * v_action) * masks[i]

@@ -54,6 +54,11 @@ class ContractModel:
         """What the network's video output is (the run's `diffusion.video_prediction`; older runs: velocity)."""
         return str(self.loaded.diffusion.get("video_prediction", "velocity"))
 
+    @property
+    def action_prediction(self) -> str:
+        """What the network's action output is (the run's `diffusion.action_prediction`; older runs: velocity)."""
+        return str(self.loaded.diffusion.get("action_prediction", "velocity"))
+
     def training_shift(self, height: int, width: int) -> float:
         """The noise shift training used for frames of this size."""
         d = self.loaded.diffusion

@@ -170,7 +170,7 @@ class Policy(ContractModel):
             self.model, self.processor, self.video_tokenizer, self.text_tokenizer, inputs,
             num_steps=num_steps or self.num_steps, shift=shifts.pop(), generator=generator, fps=self.fps,
             guidance=self.guidance if guidance is None else guidance, cache_text=self.cache_text,
-            video_prediction=self.video_prediction,
+            video_prediction=self.video_prediction, action_prediction=self.action_prediction,
         )
 
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from wamkit.diffusion.flow import from_video_residual, video_velocity
+from wamkit.diffusion.flow import as_velocity, from_video_residual
 from wamkit.diffusion.sampling import _generators, sigma_schedule
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
@@ -89,7 +89,7 @@ def sample_video(
     runs once per layout instead of once per step (exact; wamkit.model.denoise). `video_residual`:
     the model generates frames 1.. as differences from frame 0 (the run's `diffusion.video_residual`);
     they are added back before decoding, and the returned latents are absolute. `video_prediction`:
-    what the network outputs (the run's `diffusion.video_prediction`, wamkit.diffusion.flow.video_velocity)."""
+    what the network outputs (the run's `diffusion.video_prediction`, wamkit.diffusion.flow.as_velocity)."""
     max_action_dim = int(model.config.action_dim)
     b = int(first_frames.shape[0]) if first_frames.ndim == 4 else 0
     prompts = list(prompts) if prompts is not None else [""] * b
@@ -133,9 +133,9 @@ def sample_video(
         with guided if use_cfg else plain as forward:  # the two layouts take turns on the text K/V cache
             out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
         for i in range(b):
-            v = video_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
+            v = as_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
             if use_cfg:
-                v_u = video_velocity(out.sample[b + i][0].float(), videos[i], sigma, video_prediction)
+                v_u = as_velocity(out.sample[b + i][0].float(), videos[i], sigma, video_prediction)
                 v = v_u + guidance * (v - v_u)
             if schedulers is None:
                 videos[i] = videos[i] + (sigma_next - sigma) * v
