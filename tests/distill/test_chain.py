@@ -4,6 +4,7 @@
 import json
 
 import pytest
+import torch
 import torch.distributed.checkpoint as dcp
 
 from tests.bimanual.tiny import recipe, tiny_overrides
@@ -53,6 +54,12 @@ def test_four_stage_chain(tmp_path):
     resumed = DistillTrainer(cfg3, d3)
     s3 = resumed.train()  # same run name: resumes at step 7
     assert resumed.latest is not None and s3["step"] == 12
+    student = dict(resumed.student.named_parameters())
+    frozen = [n for n, _ in resumed.ema_model.named_parameters() if n not in resumed.ema.shadow]
+    assert frozen, "the tiny model has no frozen (text-pathway) weights"
+    for name, param in resumed.ema_model.named_parameters():  # after a resume too: the student's, not the build's
+        expected = student[name] if name in frozen else resumed.ema.shadow[name]
+        assert torch.equal(param.detach(), expected.detach()), name
     assert (s3["critic_updates"], s3["student_updates"]) == (10, 2)
     roles = [r["role"] for r in read_metrics(runs / "c-stage3" / "metrics.jsonl")]
     assert roles == ["critic"] * 5 + ["student"] + ["critic"] * 5 + ["student"]

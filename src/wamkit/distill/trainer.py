@@ -383,9 +383,20 @@ class DistillTrainer:
                 "lr": self.optimizer.param_groups[0]["lr"], "student_updates": self.student_updates,
                 "critic_updates": self.critic_updates}
 
+    @torch.no_grad()
+    def refresh_ema_model(self) -> None:
+        """The EMA model is the student with the EMA's averaged weights: the weights the EMA does not
+        average (the frozen text pathway) are the student's own, which after a resume come from the
+        checkpoint, not from the build."""
+        ema_params = dict(self.ema_model.named_parameters())
+        for name, param in self.student.named_parameters():
+            if name not in self.ema.shadow:
+                ema_params[name].copy_(param)
+        self.ema.copy_to(self.ema_model)
+
     def train(self) -> dict:
         how = self.resume()
-        self.ema.copy_to(self.ema_model)
+        self.refresh_ema_model()
         main = self.ctx.is_main
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
