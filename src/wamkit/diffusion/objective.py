@@ -127,10 +127,8 @@ class ModeObjective:
         # Noise is drawn for every token whatever the mode, so a sample consumes the same random
         # numbers in every mode; clean positions are then overwritten with their clean values.
         video_noise = torch.randn(x0.shape, generator=generator)
-        noisy_video, video_target = add_noise(x0, sigma, video_noise)
-        video_weight = 1.0
-        if self.video_prediction == "x0":  # |x0_hat - x0|^2, weighted per noise level (x0_loss_weight)
-            video_target, video_weight = x0, x0_loss_weight(sigma, self.x0_loss_weighting)
+        noisy_video, video_velocity = add_noise(x0, sigma, video_noise)
+        video_target, video_weight = self._target(self.video_prediction, x0, video_velocity, sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
         noisy_video[:, clean_frames] = x0[:, clean_frames]
         rows = sample.actions
@@ -139,10 +137,8 @@ class ModeObjective:
             rows = torch.cat([sample.state.unsqueeze(0), rows])
         mask = sample.action_mask.to(rows.dtype)
         action_noise = torch.randn(rows.shape, generator=generator) * mask
-        noisy_rows, action_target = add_noise(rows, sigma, action_noise)
-        action_weight = 1.0
-        if self.action_prediction == "x0":
-            action_target, action_weight = rows, x0_loss_weight(sigma, self.x0_loss_weighting)
+        noisy_rows, action_velocity = add_noise(rows, sigma, action_noise)
+        action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
         noisy_rows[clean_rows] = rows[clean_rows]
         if self.causal_chunk_frames > 0 and mode != "inverse_dynamics":
@@ -161,6 +157,13 @@ class ModeObjective:
             action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames,
         )
         return seq, {"video": video_target, "action": action_target, "video_weight": video_weight, "action_weight": action_weight}
+
+    def _target(self, prediction: str, clean: torch.Tensor, velocity: torch.Tensor, sigma: float):
+        """(target, loss weight) of one output: the velocity with weight 1, or for an x0 prediction
+        the clean values with the weight of `diffusion.x0_loss_weighting` (x0_loss_weight)."""
+        if prediction == "x0":
+            return clean, x0_loss_weight(sigma, self.x0_loss_weighting)
+        return velocity, 1.0
 
     def _losses(self, out, targets, batch, masks) -> StepLosses:
         video_terms, action_terms = [], []

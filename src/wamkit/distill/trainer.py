@@ -56,8 +56,7 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
-from wamkit.train.parallel import (all_reduce_mean, barrier, build_mesh, compute_precision, init_distributed, parallel_dims,
-                                   parallelize)
+from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
@@ -96,7 +95,7 @@ class DistillTrainer:
         self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
         student = build_model(cfg, channels, "cpu")
         check_vocab(student, self.text_tokenizer)
-        self.latest = self._find_latest()
+        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
         if self.latest is None:
             if not cfg.checkpoint.load_path:
                 raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
@@ -128,6 +127,11 @@ class DistillTrainer:
         self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
         self.step = self.consumed = self.student_updates = self.critic_updates = 0
 
+    @property
+    def global_batch(self) -> int:
+        """Samples per step over all ranks (trainer.samples_per_step is per rank)."""
+        return self.cfg.trainer.samples_per_step * self.ctx.world_size
+
     def _place(self, role: str, model, frozen: bool = False):
         """Onto the device and through the Trainer's `parallelize` (activation checkpointing, compile,
         FSDP2 under torchrun), with this run's attention processor. Frozen models keep the trainable
@@ -137,12 +141,6 @@ class DistillTrainer:
             model.eval().requires_grad_(False)
         self.procs[role] = install_packed_attention(model, self.attention)
         return model
-
-    def _find_latest(self):
-        if self.ctx.is_main:
-            ckpt.remove_stale_temporaries(self.checkpoints_dir)
-        barrier(self.ctx)
-        return ckpt.latest_checkpoint(self.checkpoints_dir)
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -360,7 +358,7 @@ class DistillTrainer:
         gens = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
         with torch.no_grad():
             latents = [self.video_tokenizer.encode(s.video.unsqueeze(0))[0].float().to(self.device) for s in samples]
-        self.consumed += self.cfg.trainer.samples_per_step * self.ctx.world_size
+        self.consumed += self.global_batch
         with compute_precision(self.cfg, self.mesh, self.device):
             if self.dcfg.method == "tf_dcm":
                 loss, role = self.dcm_loss(samples, latents, gens), "student"
@@ -406,7 +404,7 @@ class DistillTrainer:
             (self.run_dir / DISTILL_CONFIG).write_text(json.dumps(distill_to_dict(self.dcfg), indent=2))
             (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
             print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}\n[wamkit] world size {self.ctx.world_size}, "
-                  f"global batch {self.cfg.trainer.samples_per_step * self.ctx.world_size} samples/step", flush=True)
+                  f"global batch {self.global_batch} samples/step", flush=True)
         cfg = self.cfg.trainer
         if self.step >= cfg.max_iter:
             return self.summary()
@@ -419,7 +417,7 @@ class DistillTrainer:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
-                record["samples_per_s"] = cfg.samples_per_step * self.ctx.world_size / (time.perf_counter() - t0)
+                record["samples_per_s"] = self.global_batch / (time.perf_counter() - t0)
                 if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
                 if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:

@@ -120,7 +120,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     the policy's chunk length. `resolution` defaults to the frame size of the policy's training data."""
     from wamkit.data.writer import encode_video
     from wamkit.eval.report import write_report
-    from wamkit.sim.control_rate import ActionRepeat, control_repeat
+    from wamkit.sim.control_rate import at_control_rate, control_repeat
     from wamkit.sim.envs import get_spec, make_env
     from wamkit.sim.record import episode_seed
 
@@ -149,7 +149,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
         out.mkdir(parents=True, exist_ok=True)
     per_episode: list[EpisodeResult] = []
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
-        env = ActionRepeat(inner, repeat) if repeat and repeat > 1 else inner  # act at the policy's own rate
+        env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):
             ep_seed = episode_seed(seed, i)
             obs = env.reset(ep_seed)

@@ -45,6 +45,11 @@ class ActionRepeat(SimEnv):
         self.env.close()
 
 
+def at_control_rate(env: SimEnv, repeat: int | None) -> SimEnv:
+    """`env` holding each action for `repeat` simulator steps; `env` itself for None or 1."""
+    return env if repeat is None or int(repeat) == 1 else ActionRepeat(env, repeat)
+
+
 def control_repeat(env_fps: float, data_fps: float) -> int | None:
     """How many simulator steps one action of data recorded at `data_fps` spans, or None when the
     rates are not an integer multiple of each other."""

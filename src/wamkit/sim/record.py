@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from wamkit.errors import DataError
-from wamkit.sim.control_rate import ActionRepeat
+from wamkit.sim.control_rate import at_control_rate
 from wamkit.sim.envs import SimError, get_spec, make_env
 from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
 
@@ -142,7 +142,7 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
     """Yield (attempt, episode, success) for `episodes` expert attempts in one env."""
     budgets = list(step_budgets or [])
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
-        env = ActionRepeat(inner, action_repeat) if action_repeat != 1 else inner
+        env = at_control_rate(inner, action_repeat)
         for attempt in range(episodes):
             budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
             budget = min(int(budget), env.max_episode_steps)

@@ -52,6 +52,15 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
     return final
 
 
+def find_latest(checkpoints_dir: Path, ctx=None) -> Path | None:
+    """The run's latest completed iteration after rank 0 removed the temporaries of an interrupted
+    save; every rank waits for that before looking. `ctx`: the DistContext, None for one process."""
+    if ctx is None or ctx.is_main:
+        remove_stale_temporaries(checkpoints_dir)
+    _barrier(ctx)
+    return latest_checkpoint(checkpoints_dir)
+
+
 def _barrier(ctx) -> None:
     if ctx is not None:
         from wamkit.train.parallel import barrier

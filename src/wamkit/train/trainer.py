@@ -23,7 +23,7 @@ from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
-from wamkit.train.parallel import all_reduce_mean, barrier, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
+from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
 from wamkit.train.stream import SampleOrder, batch_stream
@@ -56,7 +56,7 @@ class Trainer:
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, self.device)
         check_vocab(self.model, self.text_tokenizer)
-        self.latest = self._find_latest()
+        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
         self.init_note = self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
         dims = parallel_dims(cfg, self.ctx.world_size)
@@ -108,12 +108,6 @@ class Trainer:
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
         return state
-
-    def _find_latest(self) -> Path | None:
-        if self.ctx.is_main:
-            ckpt.remove_stale_temporaries(self.checkpoints_dir)
-        barrier(self.ctx)
-        return ckpt.latest_checkpoint(self.checkpoints_dir)
 
     def _load_base_if_fresh(self) -> str:
         """Base weights load into the plain model, before sharding; a resume loads later, sharded."""

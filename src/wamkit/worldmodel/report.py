@@ -303,13 +303,14 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
                               guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode, attention=attention)
     ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
+    val_episodes = list(wm.contract.get("val_episodes") or [])
     if episodes == "held_out":
-        episodes = list(wm.contract.get("val_episodes") or [])
-        if not episodes:
+        if not val_episodes:
             raise WorldModelError("episodes", "this run recorded no validation episodes (data.val_fraction = 0?)",
                                   "name the episodes to evaluate with --episodes")
-    if episodes is None or len(episodes) == 0:
-        episodes = list(wm.contract.get("val_episodes") or [])[:1] or ds.episode_indices[:1]
+        episodes = val_episodes
+    elif episodes is None or len(episodes) == 0:
+        episodes = val_episodes[:1] or ds.episode_indices[:1]
     episodes = [int(e) for e in episodes]
     out = Path(out_dir) if out_dir else default_out_dir(wm, use_ema)
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,

@@ -72,8 +72,9 @@ class WorldModel(ContractModel):
         self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
         self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
         param = next(self.model.parameters())
-        backend = attention or sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype)
-        self.processor = install_packed_attention(self.model, attention_backend(backend, param.device, param.dtype))
+        backend = (attention_backend(attention, param.device, param.dtype) if attention
+                   else sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype))
+        self.processor = install_packed_attention(self.model, backend)
 
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
