@@ -46,17 +46,14 @@ def random_weight_policy(preset: str, device: str, num_steps: int, text_tokens: 
 
     from wamkit.data import Normalizer
     from wamkit.model.cosmos3 import build_transformer
-    from wamkit.model.tokenizer import ByteTokenizer, WanTokenizer
+    from wamkit.model.tokenizer import WAN22_VAE_LAYOUT, ByteTokenizer, WanTokenizer
     from wamkit.policy import Policy
     from wamkit.policy.loading import LoadedModel
 
     dtype = torch.bfloat16
     with torch.device(device):
         model = build_transformer(preset, latent_channel=48, max_action_dim=36, num_domains=32).to(dtype).eval().requires_grad_(False)
-        vae = AutoencoderKLWan(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-                               temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
-                               patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
-                               latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
+        vae = AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
     bounds = {"min": np.full(36, -1.0), "max": np.full(36, 1.0)}
     state_bounds = {"min": np.full(32, -1.0), "max": np.full(32, 1.0)}
     contract = {

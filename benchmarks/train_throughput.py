@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from wamkit.model.cosmos3 import PRESETS, build_transformer, set_trainable  # noqa: E402
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout  # noqa: E402
+from wamkit.train.flops import matmul_rate, sample_flops  # noqa: E402
 from wamkit.train.parallel import ParallelDims, build_mesh, init_distributed, parallelize, shutdown  # noqa: E402
 
 
@@ -72,31 +73,9 @@ def make_samples(shape: Shape, n: int, channels: int, action_dim: int, vocab: in
 
 
 def step_flops(model, shape: Shape, n: int) -> float:
-    """FLOPs of one forward+backward over n samples of `shape` (see module docstring)."""
-    cfg = model.config
-    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    heads, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    per_token = 2 * (h * heads * d * 2 + h * kv * d * 2 + 3 * h * inter)  # q,o + k,v + MLP, forward
+    """FLOPs of one forward+backward over n samples of `shape` (wamkit.train.flops, as training logs them)."""
     n_gen = shape.latent_t * math.ceil(shape.latent_h / 2) * math.ceil(shape.latent_w / 2) + shape.actions
-    n_text = shape.text
-    linear = layers * per_token * (3 * n_gen + 2 * n_text)
-    attn_fwd = 4 * heads * d * (n_gen * (n_text + n_gen) + n_text * (n_text + 1) / 2)
-    return n * (linear + 3 * layers * attn_fwd)
-
-
-def matmul_rate(device, dtype) -> float:
-    if device.type != "cuda":
-        return float("nan")
-    a = torch.randn(8192, 8192, device=device, dtype=dtype)
-    b = torch.randn(8192, 8192, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    torch.cuda.synchronize()
-    return 10 * 2 * 8192**3 / (time.perf_counter() - t0)
+    return n * sample_flops(model.config, shape.text, n_gen)
 
 
 def time_steps(fn, steps: int, warmup: int, device) -> float:

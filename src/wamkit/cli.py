@@ -7,7 +7,12 @@ import json
 import os
 import sys
 
-from wamkit.errors import WamkitError
+# Before torch starts CUDA: expandable segments keep fragmentation from turning a run whose peak fits
+# into an out-of-memory one (packed lengths change every step). A user's own setting wins.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+from wamkit.device import DEVICE_HELP  # noqa: E402
+from wamkit.errors import WamkitError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("recipe")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key, e.g. --set trainer.max_iter=100")
     train.add_argument("--dry-run", action="store_true", help="print the resolved config and implied shapes; do not train")
-    train.add_argument("--device", default="cpu")
+    train.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     data = sub.add_parser("data", help="dataset tools")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -29,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("schema", help="g1_simple | droid | so101")
     synth.add_argument("out_dir")
     synth.add_argument("--episodes", type=int, default=6)
+    synth.add_argument("--camera-size", default=None, metavar="HxW", help="every camera at this frame size (default: the schema's tiny size)")
     validate = data_sub.add_parser("validate", help="check a sim-bimanual local bundle; --materialize builds one packed sample")
     validate.add_argument("--bundle", required=True, help="bundle directory (manifest.json + samples.json)")
     validate.add_argument("--materialize", action="store_true", help="also build one packed sample of --stage and report shapes/dtypes")
@@ -38,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("--out", required=True)
     cache.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     cache.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    cache.add_argument("--device", default="auto", help=DEVICE_HELP)
     doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
     doctor.add_argument("path")
     doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
@@ -50,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     distill = sub.add_parser("distill", help="stage 2/3 distillation (TF-dCM / SF-DMD) from a recipe with a [distill] section")
     distill.add_argument("recipe")
     distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    distill.add_argument("--device", default="cpu")
+    distill.add_argument("--device", default="auto", help=DEVICE_HELP)
     distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes")
 
     export = sub.add_parser("export", help="export a run's checkpoint to a self-contained diffusers-format directory")
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("out_dir")
     export.add_argument("--raw", action="store_true", help="export the raw weights instead of the EMA")
     export.add_argument("--student-only", action="store_true", help="distillation run: export the student's EMA (+ student.json with its sampling ladder)")
+    export.add_argument("--device", default="auto", help="where the reload check runs; " + DEVICE_HELP)
 
     serve = sub.add_parser("serve", help="serve a policy over websockets (openpi protocol; GET /healthz)")
     serve.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
@@ -68,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--batch-window-ms", type=float, default=5.0, help="batch requests arriving within this window")
     serve.add_argument("--max-batch", type=int, default=16)
     serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
-    serve.add_argument("--device", default="cpu")
+    serve.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
@@ -95,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step")
-    eval_sim.add_argument("--device", default="cpu")
+    eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
     wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
     wm.add_argument("--dataset", help="LeRobot v3.0 dataset (default: the training dataset)")
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     wm.add_argument("--attention", choices=["sdpa", "flex", "per_sample"], default=None,
                     help="attention backend for sampling (default: the run's, with flex sampled as per_sample)")
     wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
-    wm.add_argument("--device", default="cpu")
+    wm.add_argument("--device", default="auto", help=DEVICE_HELP)
     wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model against their eval sim success")
     wmp.add_argument("world_model", help="forward-dynamics run directory, checkpoints/iter_<N> directory or export directory")
     wmp.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="at least 2 policy checkpoints/exports, e.g. RUN/checkpoints/iter_*")
@@ -133,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     wmp.add_argument("--seed", type=int, default=0)
     wmp.add_argument("--no-videos", action="store_true", help="skip the mp4s and strip.png")
     wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
-    wmp.add_argument("--device", default="cpu")
+    wmp.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     args = parser.parse_args(argv)
     try:
@@ -144,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    if getattr(args, "device", None) is not None:  # decided once, here, for every command that computes
+        from wamkit.device import resolve_device
+
+        args.device = str(resolve_device(args.device))
     if args.command == "train":
         return _train(args)
     if args.command == "data" and args.data_command == "demo":
@@ -155,13 +167,14 @@ def _dispatch(args) -> int:
     if args.command == "data" and args.data_command == "synth":
         from wamkit.sim.schema_synth import write_schema_dataset
 
-        print(f"wrote {args.schema} schema dataset to {write_schema_dataset(args.schema, args.out_dir, args.episodes)}")
+        size = tuple(int(v) for v in args.camera_size.lower().split("x")) if args.camera_size else None
+        print(f"wrote {args.schema} schema dataset to {write_schema_dataset(args.schema, args.out_dir, args.episodes, camera_size=size)}")
         return 0
     if args.command == "data" and args.data_command == "cache-latents":
         from wamkit.config import load_experiment
         from wamkit.train.latents import cache_latents
 
-        out = cache_latents(load_experiment(args.recipe, args.overrides), args.out, dtype=args.dtype)
+        out = cache_latents(load_experiment(args.recipe, args.overrides), args.out, dtype=args.dtype, device=args.device)
         print(f"wrote latent cache to {out}; train with --set data.latent_cache={out}")
         return 0
     if args.command == "data" and args.data_command == "doctor":
@@ -226,7 +239,7 @@ def _dispatch(args) -> int:
             return 0
         from wamkit.export import export_run
 
-        print(f"exported to {export_run(args.path, args.out_dir, use_ema=not args.raw)}")
+        print(f"exported to {export_run(args.path, args.out_dir, use_ema=not args.raw, device=args.device)}")
         return 0
     if args.command == "serve":
         from wamkit.serve import serve_main

@@ -9,22 +9,6 @@ from wamkit.errors import ConfigError, DataError
 from wamkit.model.tokenizer import WanTokenizer, build_video_tokenizer, single_frame_convs
 
 
-@pytest.fixture(scope="module")
-def tiny_wan_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    # Wan2.2's layout (z 48, residual blocks, 2x2 patchify -> 12 input channels, 16x spatial, 4x temporal)
-    # at a width that runs on CPU in seconds.
-    vae = AutoencoderKLWan(
-        base_dim=16, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-        temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
-        patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
-        latents_mean=[0.1] * 48, latents_std=[2.0] * 48,
-    )
-    out = tmp_path_factory.mktemp("wan") / "vae"
-    vae.save_pretrained(out)
-    return out
-
-
 def test_wan_tokenizer_shape_contract_and_normalisation(tiny_wan_dir):
     tok = build_video_tokenizer("wan2.2", str(tiny_wan_dir))
     assert isinstance(tok, WanTokenizer) and tok.latent_channels == 48 and tok.spatial_factor == 16

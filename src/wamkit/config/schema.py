@@ -217,6 +217,11 @@ class ParallelConfig:
     # (frozen params x 2 bytes) per GPU. Pays off on few GPUs per node.
     replicate_frozen: bool = False
     prefetch_layers: int = 0  # > 0: explicitly prefetch this many decoder layers ahead (0: FSDP2's own)
+    # How the transformer gets its values. "meta": built on the meta device, sharded, then each rank
+    # fills only its shards on its device (random values keyed by parameter name; base weights read as
+    # row slices): no host copy of a 15 B model. "eager": built whole where the run computes, then
+    # sharded. "auto": meta on GPUs, eager on the CPU.
+    init: str = "auto"
 
 
 @dataclass
@@ -269,6 +274,7 @@ class ExperimentConfig:
         _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "selective", "full"))
         _choice("parallel.param_dtype", self.parallel.param_dtype, ("float32", "bfloat16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("float32", "bfloat16"))
+        _choice("parallel.init", self.parallel.init, ("auto", "meta", "eager"))
         if self.data.chunk_length <= 0 or self.data.chunk_length % 4:
             raise ConfigError(
                 "data.chunk_length",

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
+from wamkit.train.flops import sequence_flops
 
 
 @dataclass
@@ -46,6 +47,8 @@ class ModeObjective:
         if mode == "mixed" and ((self.mode_weights < 0).any() or self.mode_weights.sum() <= 0):
             raise ValueError(f"mode weights {mode_weights} must be >= 0 with a positive sum")
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
+        self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.train.flops)
+        self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.video_tokenizer = video_tokenizer
         self.text_tokenizer = text_tokenizer
@@ -107,7 +110,9 @@ class ModeObjective:
         if len(generators) != len(samples):
             raise ValueError(f"{len(samples)} samples but {len(generators)} generators")
         device = next(self.model.parameters()).device
-        latents = self.latents_of(samples)
+        latents = [x.to(device, non_blocking=True) for x in self.latents_of(samples)]  # cached latents come from the host
+        if self.timer is not None:
+            self.timer.mark("encode")
         shift = self.shift_for(samples[0])
         sequence, targets = [], []
         self.last_modes = []
@@ -116,27 +121,30 @@ class ModeObjective:
             self.last_modes.append(mode)
             sigma = sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item()
             seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
-            sequence.append(_to_device(seq, device))
-            targets.append({k: v.to(device) if torch.is_tensor(v) else v for k, v in target.items()})
+            sequence.append(seq)
+            targets.append(target)
+        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence)  # for MFU / tokens/s
         batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple)
-        with packed_layout(self.processor, batch):
-            out = self.model(**batch.forward_kwargs)
+        hold_layout(self.processor, batch)  # kept through backward: activation checkpointing recomputes the layers
+        out = self.model(**batch.forward_kwargs)
         return self._losses(out, targets, batch, [s.action_mask.to(device) for s in samples])
 
     def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy"):
         # Noise is drawn for every token whatever the mode, so a sample consumes the same random
         # numbers in every mode; clean positions are then overwritten with their clean values.
-        video_noise = torch.randn(x0.shape, generator=generator)
+        device = x0.device
+        noise_gen = tensor_generator(generator, device)
+        video_noise = torch.randn(x0.shape, generator=noise_gen, device=device)
         noisy_video, video_velocity = add_noise(x0, sigma, video_noise)
         video_target, video_weight = self._target(self.video_prediction, x0, video_velocity, sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
         noisy_video[:, clean_frames] = x0[:, clean_frames]
-        rows = sample.actions
+        rows = sample.actions.to(device, non_blocking=True)
         has_state = sample.state is not None
         if has_state:
-            rows = torch.cat([sample.state.unsqueeze(0), rows])
-        mask = sample.action_mask.to(rows.dtype)
-        action_noise = torch.randn(rows.shape, generator=generator) * mask
+            rows = torch.cat([sample.state.to(device, non_blocking=True).unsqueeze(0), rows])
+        mask = sample.action_mask.to(device=device, dtype=rows.dtype)
+        action_noise = torch.randn(rows.shape, generator=noise_gen, device=device) * mask
         noisy_rows, action_velocity = add_noise(rows, sigma, action_noise)
         action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
@@ -183,10 +191,17 @@ class ModeObjective:
         return StepLosses(total=total, video=video.item(), action=action.item())
 
 
-def _to_device(seq: SequenceSample, device) -> SequenceSample:
-    seq.video = seq.video.to(device)
-    seq.actions = seq.actions.to(device) if seq.actions is not None else None
-    return seq
+def tensor_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:
+    """The generator a sample's noise tensors are drawn from, on the device they live on.
+
+    On the CPU it is the sample's own generator (one stream for scalars and tensors, as always). On a
+    GPU it is a device generator seeded like the sample's, so the noise is still a function of
+    (seed, global sample position) -- N ranks equal 1 rank, resume is exact -- and no noise tensor
+    crosses from the host; the scalar draws (noise level, mode, target chunk) stay on the host
+    generator, which keeps them off the GPU's critical path."""
+    if device.type == "cpu":
+        return generator
+    return torch.Generator(device=device).manual_seed(generator.initial_seed())
 
 
 # The original name: a ModeObjective in its default policy mode.

@@ -6,7 +6,7 @@ from wamkit.distill.export import export_student
 from wamkit.distill.trainer import DistillTrainer
 
 
-def distill_main(recipe: str, overrides: list[str], device: str = "cpu") -> dict:
+def distill_main(recipe: str, overrides: list[str], device: str = "auto") -> dict:
     cfg, dcfg = load_distill_recipe(recipe, overrides)
     return DistillTrainer(cfg, dcfg, device=device).train()
 

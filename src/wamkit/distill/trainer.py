@@ -82,7 +82,7 @@ class DistillTrainer:
     everything random that decides how many forwards a step runs is drawn identically on every rank,
     so N processes reproduce one process with the same global batch."""
 
-    def __init__(self, cfg, dcfg: DistillConfig, device: str = "cpu"):
+    def __init__(self, cfg, dcfg: DistillConfig, device: str = "auto"):
         self.cfg, self.dcfg = cfg, dcfg
         self.ctx = init_distributed(device)
         self.device = self.ctx.device
@@ -90,7 +90,7 @@ class DistillTrainer:
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
         self.data = build_run_data(cfg)
-        self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
+        self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
         channels = self.video_tokenizer.latent_channels
         self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
         student = build_model(cfg, channels, "cpu")

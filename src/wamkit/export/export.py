@@ -27,11 +27,15 @@ class ExportError(WamkitError):
 
 
 def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool = True,
-               atol: float = 1e-5, rtol: float = 1e-4) -> Path:
-    """Export a run directory (its latest checkpoint) or one iter_<N> directory to `out_dir`."""
+               atol: float = 1e-5, rtol: float = 1e-4, device: str = "auto") -> Path:
+    """Export a run directory (its latest checkpoint) or one iter_<N> directory to `out_dir`; the
+    reloaded export must reproduce the checkpoint's outputs on `device` (resolve_device)."""
+    from wamkit.device import resolve_device
+
     out_dir = Path(out_dir).expanduser()
     _refuse_existing(out_dir)
-    loaded = load_from_checkpoint(run_or_checkpoint, use_ema=use_ema, device="cpu")
+    device = resolve_device(device)
+    loaded = load_from_checkpoint(run_or_checkpoint, use_ema=use_ema, device=device)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".tmp_{out_dir.name}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -50,7 +54,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
             "experiment_config": loaded.experiment_config,
         }
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
-        reloaded = load_from_export(tmp, device="cpu")
+        reloaded = load_from_export(tmp, device=device)
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
                             loaded.text_tokenizer, atol=atol, rtol=rtol)
         _refuse_existing(out_dir)  # someone may have written there meanwhile

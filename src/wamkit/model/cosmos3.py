@@ -110,35 +110,15 @@ def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_dom
     everything else loads: either one domain's rows are re-initialised (`fresh_action_domain`), or
     the action modules are not loaded at all (`skip_action_heads`, as the seed recipes do; needed
     when the base was trained with another action width). Returns the format."""
-    from wamkit.model.state_dict_adapter import convert_reference_state_dict, is_reference_state_dict, read_safetensors
+    from wamkit.model.materialize import BaseWeights
 
-    path = Path(path)
-    if (path / "transformer").is_dir():
-        path = path / "transformer"
-    state = read_safetensors(path)
-    kind = "diffusers transformer"
-    if is_reference_state_dict(state):
-        state, kind = convert_reference_state_dict(state), "reference-framework safetensors"
-    expected = model.state_dict()
-    if skip_action_heads:
-        state = {k: v for k, v in state.items() if not is_action_head_param(k)}
-        expected = {k: v for k, v in expected.items() if not is_action_head_param(k)}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            str(path),
-            f"keys do not match the model: missing {missing[:20]}{'...' if len(missing) > 20 else ''}, "
-            f"unexpected {unexpected[:20]}{'...' if len(unexpected) > 20 else ''}",
-            "check model.preset / model.max_action_dim against the checkpoint's config.json",
-        )
-    for key, tensor in state.items():
-        if tensor.shape != expected[key].shape:
-            raise CheckpointError(str(path), f"{key}: shape {tuple(tensor.shape)} != model {tuple(expected[key].shape)}", "match the preset to the checkpoint")
+    base = BaseWeights(path)
+    base.check_matches({k: tuple(v.shape) for k, v in model.state_dict().items()}, skip_action_heads)
+    state = {k: base.read(k) for k in base.keys() if not (skip_action_heads and is_action_head_param(k))}
     model.load_state_dict(state, strict=not skip_action_heads)
     if fresh_action_domain is not None and not skip_action_heads:
         init_action_domain(model, fresh_action_domain)
-    return kind
+    return base.kind
 
 
 @torch.no_grad()

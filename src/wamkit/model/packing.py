@@ -402,13 +402,20 @@ def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:
     return processor
 
 
-@contextmanager
-def packed_layout(processor: PackedAttention, batch: PackedBatch):
+def hold_layout(processor: PackedAttention, batch: PackedBatch) -> None:
+    """Set `batch`'s layout and leave it set. Training forwards use this: with activation
+    checkpointing the backward pass re-runs the layers, after the forward has returned, and must see
+    the same masks; the next step's forward replaces them."""
     processor.layout_key = batch.layout_key
     if batch.gen_chunk_ids is None:
         processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids)
     else:
         processor.set_layout(batch.und_sample_ids, batch.gen_sample_ids, gen_chunk_ids=batch.gen_chunk_ids)
+
+
+@contextmanager
+def packed_layout(processor: PackedAttention, batch: PackedBatch):
+    hold_layout(processor, batch)
     try:
         yield
     finally:

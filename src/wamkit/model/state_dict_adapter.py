@@ -9,11 +9,6 @@ the text model onto the transformer and uses `add_*_proj` / `to_add_out` / `norm
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
-import torch
-
-from wamkit.errors import CheckpointError
 
 PREFIXES = ("model.net.", "net.", "model.")
 # (pattern, replacement) applied in order to the key with its prefix removed; first match wins
@@ -46,27 +41,3 @@ def reference_to_diffusers_key(key: str) -> str:
     for pattern, replacement in RENAMES:
         key = re.sub(pattern, replacement, key)
     return key
-
-
-def convert_reference_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename every key; two source keys landing on one name is an error, never a silent overwrite."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        new = reference_to_diffusers_key(key)
-        if new in out:
-            raise CheckpointError(key, f"maps to {new!r}, which another key already produced", "the checkpoint has duplicate tensors; re-export it")
-        out[new] = value
-    return out
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a .safetensors file or of every .safetensors file in a directory."""
-    from safetensors.torch import load_file
-
-    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(str(path), "no *.safetensors files found", "point checkpoint.load_path at a diffusers transformer directory or a reference safetensors export")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(str(file)))
-    return state

@@ -14,10 +14,22 @@ from wamkit.errors import ConfigError, DataError
 
 TEMPORAL_FACTOR = 4
 
+# The released Wan2.2 VAE's architecture (diffusers AutoencoderKLWan arguments; its latent statistics
+# come with the checkpoint). `AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=..., latents_std=...)`
+# builds a randomly initialised stand-in of the real size for benchmarks that cannot download it.
+WAN22_VAE_LAYOUT = dict(
+    base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+    temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+    patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
+)
+
 
 class VideoTokenizer(Protocol):
     latent_channels: int
     spatial_factor: int
+    device: torch.device
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "VideoTokenizer": ...
 
     def encode(self, video: torch.Tensor) -> torch.Tensor: ...  # uint8 [B,T+1,H,W,3] -> [B,C,t,h,w]
 
@@ -46,12 +58,18 @@ class PixelTokenizer:
     def __init__(self, spatial_factor: int = 16):
         self.spatial_factor = spatial_factor
         self.latent_channels = 3 * TEMPORAL_FACTOR
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "PixelTokenizer":
+        """Encode on `device` (no weights; `dtype` is ignored: the pooling runs in fp32)."""
+        self.device = torch.device(device)
+        return self
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         b, n, h, w, _ = video.shape
         _check_divisible(h, w, self.spatial_factor)
         t = latent_frames(n)
-        x = _to_unit_range(video)  # [B,3,N,H,W]
+        x = _to_unit_range(video.to(self.device, non_blocking=True))  # [B,3,N,H,W]
         x = F.avg_pool3d(x, kernel_size=(1, self.spatial_factor, self.spatial_factor))
         first = x[:, :, :1].expand(-1, -1, TEMPORAL_FACTOR, -1, -1)
         x = torch.cat([first, x[:, :, 1:]], dim=2)  # [B,3,4t,h,w]
@@ -80,6 +98,17 @@ class WanTokenizer:
         self.std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1)
         self._graphs = None
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.vae.parameters()).device
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "WanTokenizer":
+        """Move the VAE (and its latent statistics) to the run's device, in `dtype` when given (bf16
+        on GPUs: the encode is a large share of a training step)."""
+        self.vae.to(device=device, dtype=dtype) if dtype is not None else self.vae.to(device)
+        self.mean, self.std = self.mean.to(device), self.std.to(device)
+        return self
+
     def enable_cuda_graphs(self) -> None:
         """Replay CUDA encodes from graphs captured per input shape: a policy encodes one frame per
         request, hundreds of small kernels that take longer to launch than to run."""
@@ -107,7 +136,8 @@ class WanTokenizer:
         _check_divisible(video.shape[2], video.shape[3], self.spatial_factor)
         latent_frames(video.shape[1])
         param = next(self.vae.parameters())
-        x = _to_unit_range(video).to(device=param.device, dtype=param.dtype)
+        # uint8 crosses to the device (4x fewer bytes than float), and the conversion runs there.
+        x = _to_unit_range(video.to(param.device, non_blocking=True)).to(param.dtype)
         if self._graphs is not None and x.is_cuda:
             z = self._graphs.run(("encode", tuple(x.shape), x.dtype), self._encode_mode, [x])
         else:
@@ -161,11 +191,13 @@ def _check_divisible(h: int, w: int, factor: int) -> None:
         raise DataError("video", f"frame size {h}x{w} is not divisible by the tokenizer's spatial factor {factor}", "resize or pad the camera frames (data layer canvas)")
 
 
-def build_video_tokenizer(kind: str, vae_path: str = "", pixel_spatial_factor: int = 16) -> VideoTokenizer:
+def build_video_tokenizer(kind: str, vae_path: str = "", pixel_spatial_factor: int = 16,
+                          device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> VideoTokenizer:
+    """The run's video tokenizer on the run's device (weights in `dtype` when given)."""
     if kind == "pixel":
-        return PixelTokenizer(pixel_spatial_factor)
+        return PixelTokenizer(pixel_spatial_factor).to(device)
     if kind == "wan2.2":
-        return WanTokenizer.from_pretrained(vae_path)
+        return WanTokenizer.from_pretrained(vae_path, dtype or torch.float32).to(device)
     raise ConfigError("model.tokenizer", f"unknown tokenizer {kind!r}", "use 'pixel' or 'wan2.2'")
 
 

@@ -117,6 +117,7 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
         model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
         model.load_state_dict(merged, strict=True)
     model = model.to(device).eval().requires_grad_(False)
+    video_tokenizer.to(device)  # fp32 for inference, beside the model
     return LoadedModel(
         model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=contract,
         model_info=model_info_from_config(cfg), diffusion=dataclasses.asdict(cfg.diffusion),
@@ -172,7 +173,7 @@ def load_from_export(directory: str | Path, device: str | torch.device = "cpu") 
     directory = Path(directory).expanduser()
     data = read_manifest(directory)
     info = data["model"]
-    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]))
+    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]), device=device)
     text_path = "" if info["text_tokenizer"] == "byte" else str(directory / info["text_tokenizer"])
     text_tokenizer = build_text_tokenizer(text_path, int(info["max_text_tokens"]))
     transformer_dir = directory / "transformer"

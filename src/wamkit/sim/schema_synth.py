@@ -7,6 +7,8 @@ show), so a world model or policy trained on it has real structure to learn."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,11 +80,15 @@ def _render(state: np.ndarray, h: int, w: int, cam: int) -> np.ndarray:
     return frames
 
 
-def write_schema_dataset(schema_name: str, out_dir: str | Path, episodes: int = 6, length: int = 60, seed: int = 0) -> Path:
-    """Write a dataset (or, for layouts like DROID's, one per sub-directory) with the schema."""
+def write_schema_dataset(schema_name: str, out_dir: str | Path, episodes: int = 6, length: int = 60, seed: int = 0,
+                         camera_size: tuple[int, int] | None = None) -> Path:
+    """Write a dataset (or, for layouts like DROID's, one per sub-directory) with the schema; every
+    camera at `camera_size` (H, W) when given (real frame sizes for GPU benchmarks), else the tiny size."""
     if schema_name not in SCHEMAS:
         raise ConfigError("schema", f"unknown schema {schema_name!r}", f"use one of {sorted(SCHEMAS)}")
     schema = SCHEMAS[schema_name]
+    if camera_size is not None:
+        schema = dataclasses.replace(schema, cameras={key: tuple(camera_size) for key in schema.cameras})
     rng = np.random.default_rng(seed)
     cam_index = {key: i for i, key in enumerate(schema.cameras)}
     out_dir = Path(out_dir)

@@ -33,15 +33,18 @@ def latent_fingerprint(cfg, run_data) -> dict:
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def cache_latents(cfg, out_dir: str | Path, batch_size: int = 8, dtype: str = "float16") -> Path:
-    """Encode every train/val window's video; written to a temp dir, renamed into place when done."""
+def cache_latents(cfg, out_dir: str | Path, batch_size: int = 8, dtype: str = "float16", device: str = "auto") -> Path:
+    """Encode every train/val window's video on `device` (resolve_device); written to a temp dir,
+    renamed into place when done."""
+    from wamkit.device import resolve_device
+
     from wamkit.train.setup import build_run_data, build_tokenizers
 
     out = Path(out_dir).expanduser()
     if out.exists() and any(out.iterdir()):
         raise DataError(str(out), "already exists and is not empty", "choose a new directory for the cache")
     run_data = build_run_data(cfg)
-    tokenizer, _ = build_tokenizers(cfg)
+    tokenizer, _ = build_tokenizers(cfg, resolve_device(device))
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -53,7 +56,7 @@ def cache_latents(cfg, out_dir: str | Path, batch_size: int = 8, dtype: str = "f
                 idx = range(start, min(start + batch_size, len(windows)))
                 videos = torch.stack([run_data.transform(windows[i]).video for i in idx])
                 with torch.no_grad():
-                    latents = tokenizer.encode(videos).to(DTYPES[dtype])
+                    latents = tokenizer.encode(videos).to("cpu", DTYPES[dtype])
                 for j, i in enumerate(idx):
                     path = shard_path(tmp, split, i)
                     path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,14 +48,18 @@ class DistContext:
         return self.world_size > 1
 
 
-def init_distributed(device: str) -> DistContext:
-    """Join the torchrun process group when there is one; a plain run is world size 1."""
+def init_distributed(device: str | torch.device = "auto") -> DistContext:
+    """Join the torchrun process group when there is one; a plain run is world size 1. `device` goes
+    through wamkit.device.resolve_device (auto: the rank's LOCAL_RANK GPU when there is one)."""
+    from wamkit.device import resolve_device
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = torch.device(device)
+    dev = resolve_device(device)
     if dev.type == "cuda":
-        dev = torch.device("cuda", local_rank)
+        if world > 1:  # one GPU per rank, whatever index was asked for
+            dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", device_id=dev if dev.type == "cuda" else None)

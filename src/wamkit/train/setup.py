@@ -122,21 +122,54 @@ def zero_video_output(model) -> None:
             model.proj_out.bias.zero_()
 
 
+def base_weights_path(cfg) -> Path:
+    path = Path(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path")).expanduser()
+    if not path.exists():
+        raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
+    return path
+
+
+def plain_state_dict(model) -> dict:
+    """The model's state dict under the plain transformer's names: LoRA adapters left out and peft's
+    `.base_layer` removed, so a base or a chain's checkpoint loads into a LoRA-wrapped model."""
+    from wamkit.model.materialize import LORA_BASE
+
+    return {k.replace(LORA_BASE, ""): v for k, v in model.state_dict().items() if ".lora_" not in k}
+
+
+def check_placement(device: torch.device, model, video_tokenizer) -> None:
+    """Every parameter and buffer of the transformer and the video tokenizer on the run's device: a
+    module left behind (a VAE on the host) would not fail, only crawl."""
+    modules = [("transformer", model)]
+    if getattr(video_tokenizer, "vae", None) is not None:
+        modules.append(("video tokenizer", video_tokenizer.vae))
+    for what, module in modules:
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if tensor.device.type != device.type or (device.index is not None and tensor.device.index != device.index):
+                raise RuntimeError(f"{what} {name} is on {tensor.device}, not on the run's device {device}: a wamkit bug, please report it")
+    if video_tokenizer.device.type != device.type:
+        raise RuntimeError(f"video tokenizer computes on {video_tokenizer.device}, not on {device}: a wamkit bug, please report it")
+
+
 def load_base_weights(model, cfg) -> str:
     """A fresh run starts from checkpoint.load_path: a wamkit iteration directory loads as it is
     (continuing a chain keeps its action heads); a diffusers base gives this run's domain a fresh
     action head."""
-    path = Path(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path")).expanduser()
-    if not path.exists():
-        raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
+    path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():
         ckpt.load_checkpoint(path, {"model": model.state_dict()})
         return "wamkit checkpoint"
     return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
 
-def build_tokenizers(cfg):
-    video = build_video_tokenizer(cfg.model.tokenizer, expand_env(cfg.model.vae_path, "model.vae_path"), cfg.model.pixel_spatial_factor)
+def build_tokenizers(cfg, device: torch.device | str = "cpu"):
+    """(video, text) tokenizers; the video tokenizer computes on `device`, on GPUs in the run's
+    compute dtype (parallel.param_dtype)."""
+    from wamkit.train.parallel import DTYPES
+
+    dtype = DTYPES[cfg.parallel.param_dtype] if torch.device(device).type == "cuda" else None
+    video = build_video_tokenizer(cfg.model.tokenizer, expand_env(cfg.model.vae_path, "model.vae_path"), cfg.model.pixel_spatial_factor,
+                                  device=device, dtype=dtype)
     text = build_text_tokenizer(cfg.model.text_tokenizer_path, cfg.model.max_text_tokens)
     return video, text
 

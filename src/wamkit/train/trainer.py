@@ -25,8 +25,11 @@ from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
-from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
+from wamkit.train.setup import (base_weights_path, build_model, build_run_data, build_tokenizers, check_placement, check_vocab,
+                                load_base_weights, plain_state_dict, zero_video_output)
+from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
+from wamkit.train.throughput import Throughput, seconds_since_launch
 
 
 # Knobs that may change when a run name is relaunched: how long, how often, how loud.
@@ -45,23 +48,34 @@ VALIDATION_OFFSET = 1 << 40  # validation noise never collides with training pos
 
 
 class Trainer:
-    def __init__(self, cfg, device: str = "cpu"):
+    """`device`: see wamkit.device.resolve_device (auto = the rank's GPU when there is one). Every
+    module of the run -- transformer, tokenizer, EMA, noise, loss targets -- lives there."""
+
+    def __init__(self, cfg, device: str = "auto"):
         self.cfg = cfg
         self.ctx = init_distributed(device)
         self.device = self.ctx.device
         self.run_dir = cfg.job.run_dir()
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
+        t0 = time.perf_counter()
         self.data = build_run_data(cfg)
-        self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg)
-        self.model = build_model(cfg, self.video_tokenizer.latent_channels, self.device)
+        self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
+        # On a GPU the transformer is built on the meta device and materialised shard by shard on the
+        # GPU after sharding (wamkit.model.materialize): no host init of billions of parameters.
+        self.materialize = cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and self.device.type == "cuda")
+        self.model = build_model(cfg, self.video_tokenizer.latent_channels, "meta" if self.materialize else self.device)
         check_vocab(self.model, self.text_tokenizer)
         self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
-        self.init_note = self._load_base_if_fresh()
+        self.init_note = "" if self.materialize else self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
         dims = parallel_dims(cfg, self.ctx.world_size)
         self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
         self.model = parallelize(self.model, self.mesh, cfg)
+        if self.materialize:
+            self.init_note = self._materialize()
+        check_placement(self.device, self.model, self.video_tokenizer)
+        self.build_seconds = time.perf_counter() - t0
         backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
@@ -76,6 +90,11 @@ class Trainer:
                       if cfg.data.shuffle == "episodes" else SampleOrder(len(self.data.train_windows), cfg.job.seed))
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
+        self.timer = StepTimer(self.device)
+
+    @property
+    def parallel_degree(self) -> int:
+        return self.ctx.world_size
 
     def _samples_for_token_budget(self, budget: int) -> int:
         """Samples per packed sequence under a token budget. Every window of a dataset has the same
@@ -108,6 +127,27 @@ class Trainer:
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
         return state
+
+    def _materialize(self) -> str:
+        """Values for the meta-built, sharded model: random, or the base's (read as row slices per
+        rank); a resume then loads its checkpoint over them."""
+        from wamkit.model.materialize import BaseWeights, materialize
+
+        if self.latest is not None or not self.cfg.checkpoint.load_path:
+            materialize(self.model, self.device, self.cfg.job.seed)
+            if self.cfg.model.zero_init_video_output:
+                zero_video_output(self.model)
+            return "" if self.latest is not None else "fresh run from random initialisation"
+        path = base_weights_path(self.cfg)
+        if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
+            materialize(self.model, self.device, self.cfg.job.seed)
+            ckpt.load_checkpoint(path, {"model": plain_state_dict(self.model)})
+            return f"fresh run from base weights (wamkit checkpoint) {path}"
+        base = BaseWeights(path)
+        base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(self.model).items()}, self.cfg.checkpoint.skip_action_heads)
+        materialize(self.model, self.device, self.cfg.job.seed, base, skip_action_heads=self.cfg.checkpoint.skip_action_heads,
+                    fresh_action_domain=self.cfg.data.domain_id)
+        return f"fresh run from base weights ({base.kind}) {path}"
 
     def _load_base_if_fresh(self) -> str:
         """Base weights load into the plain model, before sharding; a resume loads later, sharded."""
@@ -182,12 +222,18 @@ class Trainer:
         )
         bar = _progress(cfg.max_iter, self.step, cfg.progress_bar and main)
         self.model.train()
+        throughput = Throughput(self.device, self.parallel_degree)
+        if main and self.device.type == "cuda":
+            print(f"[wamkit] device {self.device} ({torch.cuda.get_device_name(self.device)}); model built in {self.build_seconds:.1f} s", flush=True)
         try:
             while self.step < cfg.max_iter:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
-                record["samples_per_s"] = cfg.samples_per_step * cfg.grad_accum_iter / (time.perf_counter() - t0)
+                record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter))
+                if self.step == 1 and main:
+                    print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
+                          f"({record['step_s']:.1f} s in the step itself)", flush=True)
                 if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
                 if cfg.val_every and self.step % cfg.val_every == 0 and self.data.val_windows is not None:
@@ -198,7 +244,8 @@ class Trainer:
                     self.save()
                     maybe_kill(KILL_AFTER_SAVE, self.step)
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}")
+                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}",
+                                **({"mfu": f"{record['mfu']:.3f}"} if "mfu" in record else {}))
         finally:
             bar.close()
             if logger is not None:
@@ -207,18 +254,23 @@ class Trainer:
 
     def train_step(self, stream) -> dict:
         cfg = self.cfg.trainer
+        timer = self.objective.timer = self.timer
+        timer.start()
         self.optimizer.zero_grad(set_to_none=True)
         totals = {"loss": 0.0, "video_loss": 0.0, "action_loss": 0.0}
-        data_wait = 0.0  # seconds blocked on the loader: near 0 unless decoding limits the step
+        data_wait, flops, tokens = 0.0, 0.0, 0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
             t0 = time.perf_counter()
             samples = next(stream)
             data_wait += time.perf_counter() - t0
+            timer.mark("data")
             first = self.consumed + self.ctx.rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
             with self.compute_precision():
                 losses = self.objective(samples, generators)
             (losses.total / cfg.grad_accum_iter).backward()
+            timer.mark("forward_backward")
+            flops, tokens = flops + self.objective.last_flops, tokens + self.objective.last_tokens
             self.consumed += self.global_micro_batch
             totals["loss"] += losses.total.item() / cfg.grad_accum_iter
             totals["video_loss"] += losses.video / cfg.grad_accum_iter
@@ -235,9 +287,13 @@ class Trainer:
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.scheduler.step()
+        timer.mark("optimizer")
         if self.ema is not None:
             self.ema.update(self.model, self.step)
-        return {**totals, "grad_norm": grad_norm.item(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
+            timer.mark("ema")
+        record = {**totals, "grad_norm": grad_norm.item(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
+        timer.mark("other")
+        return {**record, "flops": flops, "tokens": tokens, **{f"time_{k}_s": v for k, v in timer.read().items()}}
 
     @torch.no_grad()
     def validate(self) -> float:

@@ -1,0 +1,174 @@
+"""The real training step, measured: `wamkit train` itself (loader, Wan2.2 VAE encode or the latent
+cache, packed forward/backward, AdamW on fp32 master weights, EMA, logging) on the seed recipes, as
+their usage lines run them, on schema-exact synthetic data at real camera sizes and a randomly
+initialised Wan2.2-layout VAE saved with save_pretrained. BASE_CHECKPOINT_PATH is empty (random Nano
+weights). Each run is stopped after --warmup + --steps logged steps (no checkpoint is written).
+
+Prints per run: per-GPU samples/s and tokens/s, full-step MFU (the trainer's own metric: useful FLOPs
+over the device's measured bf16 matmul rate), the step split (data wait, VAE encode, forward+backward,
+optimizer, EMA, other), peak memory of rank 0, graphs compiled after warm-up (recompiles), and launch
+-> first finished step. The last line is `e2e_mfu_<recipe>=<x> ...`.
+
+    python benchmarks/train_e2e.py --gpus 2 --recipes g1_simple droid       # nvidia-h200-x2
+    python benchmarks/train_e2e.py --gpus 1 --recipes g1_simple --latent-cache
+    python benchmarks/train_e2e.py --cpu-smoke                                # tiny recipes, CPU (tests)
+
+DROID runs with trainer.grad_accum_iter=1 (its micro-batch unchanged): the seed's 8 accumulation
+steps only multiply the step time, and a measurement needs several steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+# recipe -> (synthetic schema, env vars naming the dataset, camera size H x W, extra --set for the benchmark)
+RECIPES = {
+    "g1_simple": ("g1_simple", ("SIMPLE_ROOT",), (480, 640), ()),
+    "droid": ("droid", ("DATASET_PATH",), (360, 640), ("trainer.grad_accum_iter=1",)),
+    "so101_fd_chunk16": ("so101", ("DATASET_PATH",), (480, 640), ("trainer.grad_accum_iter=1",)),
+}
+PHASES = ("data", "encode", "forward_backward", "optimizer", "ema", "other")
+
+
+def prepare(work: Path, recipe: str, camera: tuple[int, int] | None, episodes: int) -> Path:
+    from wamkit.sim.schema_synth import write_schema_dataset
+
+    schema = RECIPES[recipe][0]
+    root = work / f"data_{schema}_{'x'.join(map(str, camera)) if camera else 'tiny'}"
+    if not root.exists():
+        write_schema_dataset(schema, root, episodes=episodes, camera_size=camera)
+    return root
+
+
+def random_wan22_vae(work: Path) -> Path:
+    """A Wan2.2-layout AutoencoderKLWan with random weights, saved in the diffusers format."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from wamkit.model.tokenizer import WAN22_VAE_LAYOUT
+
+    out = work / "wan22_vae_random"
+    if not (out / "config.json").exists():
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            vae = AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
+        vae.save_pretrained(out)
+    return out
+
+
+def run(recipe_path: str, gpus: int, env: dict, sets: list[str], run_dir: Path, total_steps: int, timeout: float, log: Path):
+    """Launch `torchrun ... -m wamkit.cli train RECIPE`, stop it after `total_steps` logged steps."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", "-m", "wamkit.cli",
+           "train", recipe_path, *[a for s in sets for a in ("--set", s)]]
+    metrics = run_dir / "metrics.jsonl"
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        while proc.poll() is None and time.perf_counter() - t0 < timeout:
+            time.sleep(2)
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= total_steps:
+                break
+        stopped = proc.poll() is None
+        if stopped:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    return [r for r in records if "loss" in r], proc.returncode, stopped, time.perf_counter() - t0
+
+
+def summarise(records: list[dict], warmup: int, log: Path) -> dict:
+    timed = records[warmup:]
+    if not timed:
+        return {}
+    med = lambda key: statistics.median(r[key] for r in timed if key in r) if any(key in r for r in timed) else float("nan")  # noqa: E731
+    first = next((line for line in log.read_text().splitlines() if "first step done" in line), "")
+    out = {
+        "steps": len(timed), "step_s": med("step_s"), "samples_per_s": med("samples_per_s"), "tokens_per_s": med("tokens_per_s"),
+        "mfu": med("mfu"), "peak_mem_gib": max((r.get("peak_mem_gib", float("nan")) for r in records), default=float("nan")),
+        "recompiles": timed[-1]["compiled_graphs"] - records[warmup - 1]["compiled_graphs"] if warmup else 0,
+        "first_step": first.split("first step done ")[-1].split(" after")[0] if first else "?",
+        "loss_first_last": (records[0]["loss"], records[-1]["loss"]),
+    }
+    step = sum(med(f"time_{p}_s") for p in PHASES)
+    out["split"] = {p: med(f"time_{p}_s") / step for p in PHASES}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipes", nargs="+", default=["g1_simple", "droid"], choices=sorted(RECIPES))
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20, help="timed steps after warm-up")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the medians (compile, cudnn autotune)")
+    p.add_argument("--episodes", type=int, default=6)
+    p.add_argument("--latent-cache", action="store_true", help="tokenize once with `wamkit data cache-latents`, then train from the cache")
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="extra recipe overrides for every run")
+    p.add_argument("--timeout", type=float, default=540, help="seconds per run")
+    p.add_argument("--work", default="/tmp/wamkit_e2e")
+    p.add_argument("--cpu-smoke", action="store_true", help="the recipes/tiny variants on the CPU (pixel tokenizer, tiny data)")
+    args = p.parse_args(argv)
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    vae = "" if args.cpu_smoke else str(random_wan22_vae(work))
+    rows, mfu = [], {}
+    for recipe in args.recipes:
+        schema, data_vars, camera, extra = RECIPES[recipe]
+        root = prepare(work, recipe, None if args.cpu_smoke else camera, args.episodes)
+        recipe_path = f"recipes/tiny/{recipe}.toml" if args.cpu_smoke else f"recipes/{recipe}.toml"
+        env = {**os.environ, "WAN_VAE_PATH": vae, "BASE_CHECKPOINT_PATH": "", **{v: str(root) for v in data_vars},
+               "WAMKIT_OUTPUT_ROOT": str(work / "runs"), "PYTHONUNBUFFERED": "1"}
+        tag = f"e2e_{recipe}_{args.gpus}gpu{'_cache' if args.latent_cache else ''}"
+        sets = [f'job.name="{tag}"', 'checkpoint.load_path=""', "trainer.log_every=1", "trainer.val_every=0", "checkpoint.save_iter=1000000",
+                f"trainer.max_iter={args.warmup + args.steps + 1000}", *extra, *args.overrides]
+        if args.cpu_smoke:
+            sets += [f'data.path="{root}"']
+        if args.latent_cache:
+            cache = work / f"cache_{tag}"
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "wamkit.cli", "data", "cache-latents", recipe_path, "--out", str(cache),
+                            *[a for s in sets for a in ("--set", s)]], env=env, cwd=REPO, check=not cache.exists())
+            print(f"[{tag}] latent cache written in {time.perf_counter() - t0:.0f} s", flush=True)
+            sets.append(f'data.latent_cache="{cache}"')
+        run_dir = work / "runs" / tag
+        if run_dir.exists():
+            import shutil
+
+            shutil.rmtree(run_dir)
+        log = work / f"{tag}.log"
+        records, rc, stopped, wall = run(recipe_path, args.gpus, env, sets, run_dir, args.warmup + args.steps, args.timeout, log)
+        summary = summarise(records, args.warmup, log)
+        print(f"[{tag}] {len(records)} steps in {wall:.0f} s, rc={rc}{' (stopped after the timed steps)' if stopped else ''}; log {log}", flush=True)
+        if not summary:
+            print("\n".join(log.read_text().splitlines()[-25:]))
+            rows.append(f"| {recipe} | {args.gpus} | {'cache' if args.latent_cache else 'online VAE'} | no timed steps (see log) |")
+            continue
+        s = summary
+        split = " / ".join(f"{100 * s['split'][ph]:.0f}" for ph in PHASES)
+        rows.append(f"| {recipe} | {args.gpus} | {'latent cache' if args.latent_cache else 'online VAE'} | {s['steps']} | {s['step_s']:.2f} | "
+                    f"{s['samples_per_s']:.2f} | {s['tokens_per_s']:.0f} | {s['mfu']:.3f} | {split} | {s['peak_mem_gib']:.1f} | "
+                    f"{s['recompiles']} | {s['first_step']} | {s['loss_first_last'][0]:.3f} -> {s['loss_first_last'][1]:.3f} |")
+        mfu[recipe] = s["mfu"]
+    print("| recipe | GPUs | video | timed steps | step s | samples/s per GPU | tokens/s per GPU | full-step MFU | "
+          "split % data / encode / fwd+bwd / optim / EMA / other | peak GiB (rank 0) | recompiles after warm-up | launch -> first step | loss first -> last |")
+    print("| --- " * 14 + "|")
+    print("\n".join(rows))
+    print(" ".join(f"e2e_mfu_{k}={v:.3f}" for k, v in mfu.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

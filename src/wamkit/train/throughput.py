@@ -1,0 +1,49 @@
+"""The rates logged every step, as torchtitan logs them: samples/s and tokens/s per GPU, MFU against
+the device's measured bf16 matmul rate, peak memory, and the graphs dynamo has compiled so far (a
+count that keeps rising after warm-up means recompiles)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from wamkit.train.flops import matmul_rate
+
+
+class Throughput:
+    def __init__(self, device: torch.device, world_size: int):
+        self.device = device
+        self.world_size = world_size
+
+    def measure(self, record: dict, seconds: float, samples: int) -> dict:
+        """Rates of one step of `seconds` that trained `samples` per rank; takes the step's "flops"
+        and "tokens" (useful work on this rank) out of `record`."""
+        flops, tokens = record.pop("flops", 0.0), record.pop("tokens", 0)
+        out = {"step_s": seconds, "samples_per_s": samples / seconds, "tokens_per_s": tokens / seconds,
+               "compiled_graphs": compiled_graphs()}
+        if self.device.type == "cuda":
+            out["mfu"] = flops / seconds / matmul_rate(self.device)
+            out["tflops_per_s"] = flops / seconds / 1e12
+            out["peak_mem_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            out["peak_reserved_gib"] = torch.cuda.max_memory_reserved(self.device) / 2**30
+        return out
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process (recompiles included)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def seconds_since_launch() -> float:
+    """Age of this process (Linux), so "first step after launch" includes imports and setup."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        start = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]) / ticks
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return uptime - start
+    except (OSError, ValueError, IndexError):
+        return float("nan")
