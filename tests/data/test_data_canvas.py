@@ -1,14 +1,15 @@
-"""Camera canvas: layouts, resolution tiers and buckets, never upscaling, training == serving."""
+"""Camera canvas: layouts, resolution tiers and buckets, never upscaling, padding, training == serving."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from wamkit.data import (BUCKETS, CanvasTransform, Normalizer, SampleTransform, Window, canvas_size, compose_canvas,
                          compose_frames)
-from wamkit.data.canvas import nearest_bucket
+from wamkit.data.canvas import ASPECTS, contract_padding, nearest_bucket, pad_canvas
 from wamkit.errors import ConfigError, DataError
 
 
@@ -17,10 +18,35 @@ def views(n=3, h=180, w=320, t=2, seed=0):
     return [torch.randint(0, 256, (t, h, w, 3), generator=g, dtype=torch.uint8) for _ in range(n)]
 
 
-def test_buckets_divisible_by_16_and_required_entries():
+def test_buckets_are_the_reference_table():
+    """Five aspects per tier, (H, W): the released model's training canvases; 4:3 is 320x256, 736x544 and
+    1104x832 as WxH, and there is no 640x480 bucket."""
+    assert ASPECTS == ("1:1", "4:3", "3:4", "16:9", "9:16")
+    four_three = {tier: dict(zip(ASPECTS, buckets))["4:3"] for tier, buckets in BUCKETS.items()}
+    assert four_three == {256: (256, 320), 480: (544, 736), 720: (832, 1104)}
+    assert BUCKETS[256] == ((256, 256), (256, 320), (320, 256), (192, 320), (320, 192))
+    assert BUCKETS[480] == ((640, 640), (544, 736), (736, 544), (480, 832), (832, 480))
+    assert BUCKETS[720] == ((960, 960), (832, 1104), (1104, 832), (720, 1280), (1280, 720))
+    assert all((480, 640) not in buckets for buckets in BUCKETS.values())
     for tier, buckets in BUCKETS.items():
         assert all(h % 16 == 0 and w % 16 == 0 for h, w in buckets), tier
-    assert (544, 736) in BUCKETS[480] and (192, 320) in BUCKETS[256] and (480, 640) in BUCKETS[480]
+        for (h, w), aspect in zip(buckets, ASPECTS):  # each bucket is within 6% of its named aspect
+            a, b = map(int, aspect.split(":"))
+            assert abs((h / w) / (b / a) - 1) < 0.07, (tier, aspect)
+
+
+def test_droid_concat_lands_on_the_544x736_bucket():
+    """DROID: a 360x640 wrist on top, two exteriors at half size below -> 540x640, which the reference
+    puts in 736x544 (WxH) unscaled: 4 rows and 96 columns of padding."""
+    shapes = [(360, 640)] * 3
+    assert canvas_size(shapes, "concat_view", 480, 0) == (544, 736)
+    canvas = CanvasTransform("concat_view", 480, 0)
+    assert canvas.content_size(shapes) == (540, 640)
+    v = views(3, 360, 640, t=1)
+    out = canvas(torch.stack(v))
+    assert out.shape == (1, 544, 736, 3) and torch.equal(out[:, :360], torch.cat([v[0], out[:, :360, 640:]], dim=2))
+    # 544/16 = 34, 736/16 = 46 latents -> 17 x 23 = 391 patches of 2x2 per latent frame
+    assert (544 // 16 // 2) * (736 // 16 // 2) == 391
 
 
 def test_native_side_by_side_is_plain_tiling():
@@ -41,10 +67,13 @@ def test_concat_view_layout():
 
 
 @pytest.mark.parametrize("shape,layout,n,tier,bucket", [
-    ((180, 320), "concat_view", 3, 480, (480, 640)),
-    ((240, 320), "side_by_side", 1, 256, (224, 288)),
+    ((180, 320), "concat_view", 3, 480, (544, 736)),
+    ((240, 320), "side_by_side", 1, 256, (256, 320)),  # 0.75: 4:3 (0.8) is 0.05 away, 16:9 (0.6) 0.15
+    ((480, 640), "side_by_side", 1, 480, (544, 736)),
     ((288, 480), "side_by_side", 1, 256, (192, 320)),
+    ((64, 96), "side_by_side", 1, 256, (192, 320)),  # the synthetic G1 ego camera
     ((360, 640), "side_by_side", 1, 720, (720, 1280)),
+    ((640, 360), "side_by_side", 1, 480, (832, 480)),
 ])
 def test_tier_bucket_fit_and_pad(shape, layout, n, tier, bucket):
     v = views(n, *shape, t=1)
@@ -55,9 +84,37 @@ def test_tier_bucket_fit_and_pad(shape, layout, n, tier, bucket):
 
 def test_never_upscales_pads_instead():
     img = np.full((60, 80, 3), 77, np.uint8)
-    out = compose_canvas([img], "side_by_side", 480)  # 4:3 -> 480x640 bucket, but the image stays 60x80
-    assert out.shape == (480, 640, 3)
+    out = compose_canvas([img], "side_by_side", 480, padding="zero")  # 4:3 -> 544x736, the image stays 60x80
+    assert out.shape == (544, 736, 3)
     assert np.all(out[:60, :80] == 77) and np.all(out[60:] == 0) and np.all(out[:, 80:] == 0)
+    # reflect cannot mirror a pad wider than the content: the reference replicates the edge instead
+    grad = np.broadcast_to(np.arange(80, dtype=np.uint8)[None, :, None], (60, 80, 3)).copy()
+    out = compose_canvas([grad], "side_by_side", 480)
+    assert out.shape == (544, 736, 3) and np.array_equal(out[:60, :80], grad)
+    assert np.all(out[:, 80:] == 79) and np.array_equal(out[60:, :80], np.broadcast_to(grad[-1], (484, 80, 3)))
+
+
+def test_reflection_padding_mirrors_the_content():
+    """Bottom and right pads are the content mirrored about its last row / column (edge not repeated),
+    as the reference's reflection padding; the zero knob keeps black."""
+    g = torch.Generator().manual_seed(3)
+    img = torch.randint(0, 256, (1, 540, 640, 3), generator=g, dtype=torch.uint8)
+    out = pad_canvas(img, (544, 736))
+    assert torch.equal(out[:, :540, :640], img)
+    for k in range(1, 97):  # column 640 + k - 1 mirrors column 640 - 1 - k
+        assert torch.equal(out[:, :540, 639 + k], img[:, :, 639 - k])
+    for k in range(1, 5):
+        assert torch.equal(out[:, 539 + k, :640], img[:, 539 - k])
+    assert torch.equal(out[:, 540:, 640:], out[:, 540:, :640].flip(2)[:, :, 1:97])  # the corner mirrors both ways
+    ref = F.pad(img.permute(0, 3, 1, 2).float(), (0, 96, 0, 4), mode="reflect").to(torch.uint8).permute(0, 2, 3, 1)
+    assert torch.equal(out, ref)  # exactly torch's reflect, done on uint8
+    assert out[:, 540:].any() and out[:, :, 640:].any()
+    zero = pad_canvas(img, (544, 736), "zero")
+    assert torch.equal(zero[:, :540, :640], img) and not zero[:, 540:].any() and not zero[:, :, 640:].any()
+    padded = CanvasTransform("concat_view", 480, 0)(torch.stack(views(3, 360, 640, t=1)))
+    assert torch.equal(padded[:, :, 640 + 5], padded[:, :, 640 - 1 - 6])
+    zeroed = CanvasTransform("concat_view", 480, 0, padding="zero")(torch.stack(views(3, 360, 640, t=1)))
+    assert not zeroed[:, :, 640:].any() and not zeroed[:, 540:].any()
 
 
 def test_downscale_keeps_aspect_and_content():
@@ -65,19 +122,37 @@ def test_downscale_keeps_aspect_and_content():
     img[:, :480] = 255
     out = compose_canvas([img], "side_by_side", 256)
     b = nearest_bucket(480, 960, 256)
-    assert out.shape == (*b, 3)
+    assert out.shape == (*b, 3) and b == (192, 320)
     scale = min(b[0] / 480, b[1] / 960)
     h, w = round(480 * scale), round(960 * scale)
-    assert np.all(out[:h, : w // 2 - 2] == 255) and np.all(out[:h, w // 2 + 2: w] == 0) and np.all(out[h:] == 0)
+    assert np.all(out[:h, : w // 2 - 2] == 255) and np.all(out[:h, w // 2 + 2: w] == 0)
+    assert np.array_equal(out[h:], out[h - 2:2 * h - b[0] - 2:-1][: b[0] - h])  # reflected below the content
 
 
-def test_serving_equals_training():
+@pytest.mark.parametrize("padding", ["reflect", "zero"])
+def test_serving_equals_training(padding):
     v = views(3, 180, 320, t=3)
-    canvas = CanvasTransform("concat_view", 480, wrist_index=0)
+    canvas = CanvasTransform("concat_view", 480, wrist_index=0, padding=padding)
     train = canvas(torch.stack(v))
+    state = canvas.state_dict()
+    assert state["padding"] == padding and CanvasTransform.from_state_dict(state).state_dict() == state
     for t in range(3):
-        serve = compose_canvas([x[t].numpy() for x in v], "concat_view", 480, 0)
+        serve = compose_canvas([x[t].numpy() for x in v], state["camera_layout"], state["resolution"],
+                               state["wrist_index"], contract_padding(state))
         assert np.array_equal(serve, train[t].numpy())
+
+
+def test_old_contract_without_padding_loads_as_zero():
+    """Contracts written before data.canvas_padding were zero-padded: serve them that way."""
+    old = {"camera_layout": "concat_view", "resolution": 480, "wrist_index": 0}
+    assert contract_padding(old) == "zero" and contract_padding(None) == "zero"
+    canvas = CanvasTransform.from_state_dict(old)
+    assert canvas.padding == "zero" and canvas.state_dict() == {**old, "padding": "zero"}
+    v = views(3, 180, 320, t=1)
+    out = canvas(torch.stack(v))
+    assert out.shape == (1, 544, 736, 3) and not out[:, 270:].any() and not out[:, :, 320:].any()
+    from wamkit.worldmodel.rollout import compose_views
+    assert torch.equal(compose_views([x.numpy() for x in v], old), out)
 
 
 def test_sample_transform_uses_canvas(demo_ds):
@@ -87,6 +162,7 @@ def test_sample_transform_uses_canvas(demo_ds):
     s = SampleTransform(norm, None, 8, False, 0, canvas=CanvasTransform("side_by_side", 256))(w)
     assert s.video.shape == (5, 256, 256, 3)  # 64x64 is never upscaled: padded into 256x256
     assert torch.equal(s.video[:, :64, :64], w.video[0])
+    assert torch.equal(s.video[:, :64, 64:], w.video[0][:, :, -1:].expand(-1, -1, 192, -1))  # edge: pad > 64
     three = Window(torch.stack([w.video[0]] * 3), None, w.action, w.task, 1, 0)
     s = SampleTransform(norm, None, 8, False, 0, canvas=CanvasTransform("concat_view", 0))(three)
     assert s.video.shape == (5, 96, 64, 3)
@@ -101,6 +177,8 @@ def test_errors():
         CanvasTransform("concat_view")(torch.stack(views(2, 32, 32)))
     with pytest.raises(DataError, match="uint8"):
         compose_canvas([np.zeros((8, 8, 3), np.float32)])
+    with pytest.raises(ConfigError, match="canvas_padding"):
+        CanvasTransform("side_by_side", 256, padding="mirror")
 
     class Cfg:
         camera_layout, resolution, wrist_camera = "concat_view", 0, ""
@@ -108,6 +186,9 @@ def test_errors():
         CanvasTransform.from_config(Cfg, ["a", "b", "c"])
     Cfg.wrist_camera = "b"
     assert CanvasTransform.from_config(Cfg, ["a", "b", "c"]).wrist_index == 1
+    assert CanvasTransform.from_config(Cfg, ["a", "b", "c"]).padding == "reflect"  # the default
+    Cfg.canvas_padding = "zero"
+    assert CanvasTransform.from_config(Cfg, ["a", "b", "c"]).state_dict()["padding"] == "zero"
 
 
 def test_side_by_side_views_of_different_heights():
@@ -118,7 +199,7 @@ def test_side_by_side_views_of_different_heights():
     assert torch.equal(out[:, :, 80:], short)
     flat = torch.full((1, 120, 160, 3), 77, dtype=torch.uint8)
     assert (compose_frames([flat, short[:1]])[:, :, :80] == 77).all()  # an antialiased shrink of a flat view
-    assert compose_canvas([tall[0].numpy(), short[0].numpy()], "side_by_side", 256).shape == (160, 400, 3)
+    assert compose_canvas([tall[0].numpy(), short[0].numpy()], "side_by_side", 256).shape == (192, 320, 3)
 
 
 @pytest.mark.parametrize("size", [(240, 320), (100, 130), (600, 800)])  # shrink (antialiased) and enlarge

@@ -119,8 +119,8 @@ def test_cameras_of_different_sizes(tmp_path):
     half = truth[w.episode_index].frames[w.start:w.start + 5, ::2, 8:56].astype(np.int16)
     assert np.abs(side.numpy().astype(np.int16) - half).mean() < 8.0
     norm = Normalizer.from_stats(ds.stats, "action", "minmax")
-    for tier, size in ((0, (32, 80)), (256, (160, 400))):
-        canvas = CanvasTransform("side_by_side", tier)
+    for tier, size in ((0, (32, 80)), (256, (192, 320))):
+        canvas = CanvasTransform("side_by_side", tier, padding="zero")
         assert canvas.size([(64, 64), (32, 48)]) == size
         video = SampleTransform(norm, None, 8, False, 0, canvas=canvas)(w).video
         assert video.shape == (5, *size, 3)

@@ -38,6 +38,11 @@ def test_tiny_variant_trains_resumes_and_keeps_the_full_recipe_schema(recipe, sc
 def test_full_recipe_dry_run_without_data(recipe):
     proc = run_cli(["train", str(REPO / "recipes" / f"{recipe}.toml"), "--dry-run"])
     assert "preset = nano" in proc.stdout and "global batch" in proc.stdout and "memory per GPU" in proc.stdout
+    canvas = {  # the reference's buckets: DROID's concat 4:3 at 480 (736x544 WxH), a 16:9 camera at 256
+        "droid": ("canvas 544x736", "video 3519 (9 latent frames x 391 patches)"),
+        "g1_simple": ("canvas 192x320", "video 540 (9 latent frames x 60 patches)"),
+    }.get(recipe, ())
+    assert all(line in proc.stdout for line in canvas), proc.stdout
     assert "8 GPUs:" in proc.stdout
 
 

@@ -59,6 +59,7 @@ class DataConfig:
     camera_layout: str = "side_by_side"
     wrist_camera: str = ""
     resolution: int = 0  # 0 native | 256 | 480 | 720: fit (never upscale) + pad to the tier's aspect bucket
+    canvas_padding: str = "reflect"  # reflect (the released model's canvases) | zero: how the bucket is filled
     keep_ranges_path: str = ""  # "" -> no filter; JSON {trajectory_key: [[start, end], ...]} (wamkit.data.selection)
     trajectory_key_field: str = ""  # "" -> episode_index; else a meta/episodes column naming the trajectory
     include_failures: bool = False  # data.path holding success/ (+ failure/): also train on failure/
@@ -259,6 +260,7 @@ class ExperimentConfig:
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
         _choice("data.camera_layout", self.data.camera_layout, ("side_by_side", "concat_view"))
+        _choice("data.canvas_padding", self.data.canvas_padding, ("reflect", "zero"))
         _choice("data.shuffle", self.data.shuffle, ("windows", "episodes"))
         _choice("data.action_space", self.data.action_space, ACTION_SPACES)
         if self.data.use_state and self.data.action_space not in ("", "joint_pos"):

@@ -9,10 +9,13 @@ Two layouts (`data.camera_layout`):
   below it, in `data.camera_keys` order. Exactly three views; canvas = (1.5 H, W) of the wrist view.
 
 Then a resolution tier (`data.resolution`): 0 keeps the composed canvas as it is (native). 256, 480
-and 720 pick the bucket of that tier (table :data:`BUCKETS`) whose aspect ratio is nearest the composed
-canvas (in log space; ties go to the earlier bucket), shrink the canvas to fit inside it keeping its
-aspect ratio -- never upscaling -- and zero-pad bottom and right to the bucket size. Every bucket is
-divisible by 16, the tokenizer's spatial factor.
+and 720 follow the released model's training canvases (the reference framework's action data path):
+the tier's five aspect buckets (table :data:`BUCKETS`: 1:1, 4:3, 3:4, 16:9, 9:16), the one whose H/W is
+nearest the composed canvas's H/W (plain difference; ties go to the earlier bucket); the canvas shrunk
+to fit inside it, aspect kept and never upscaled; then padded bottom and right to the bucket size
+(`data.canvas_padding`): ``reflect`` mirrors the content as the reference does (edge-replicated instead
+when a pad is not smaller than the content along either side, where a mirror cannot reach), ``zero``
+fills black, as wamkit did before. Every bucket is divisible by 16, the tokenizer's spatial factor.
 
 All work is on uint8 tensors with torch interpolation (bilinear, antialiased when shrinking), so
 training (:class:`CanvasTransform`, called by SampleTransform) and serving (:func:`compose_canvas`)
@@ -21,7 +24,6 @@ produce identical pixels.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -33,15 +35,17 @@ from wamkit.errors import ConfigError, DataError
 CAMERA_LAYOUTS = ("side_by_side", "concat_view")
 RESOLUTION_TIERS = (0, 256, 480, 720)
 SPATIAL_FACTOR = 16
+PADDING_MODES = ("reflect", "zero")
+# What a data contract without a "padding" key was trained with (every canvas before the knob existed).
+LEGACY_PADDING = "zero"
 
-# (height, width) buckets per tier; all divisible by 16.
+# (height, width) buckets per tier, in the aspect order below: the reference framework's
+# VIDEO_RES_SIZE_INFO (stored there as (W, H)) for the tiers wamkit offers. All divisible by 16.
+ASPECTS = ("1:1", "4:3", "3:4", "16:9", "9:16")  # W:H
 BUCKETS: dict[int, tuple[tuple[int, int], ...]] = {
-    256: ((256, 256), (224, 288), (192, 320), (176, 368), (160, 400),  # 1:1, ~4:5, 3:5 (G1 256p), ...
-          (288, 224), (320, 192), (368, 176), (400, 160)),
-    480: ((480, 480), (480, 640), (544, 736), (384, 672), (480, 848), (352, 960),  # 4:3, DROID 480p concat, 16:9
-          (640, 480), (736, 544), (848, 480)),
-    720: ((720, 720), (720, 960), (816, 1104), (720, 1280), (576, 1536),
-          (960, 720), (1104, 816), (1280, 720)),
+    256: ((256, 256), (256, 320), (320, 256), (192, 320), (320, 192)),
+    480: ((640, 640), (544, 736), (736, 544), (480, 832), (832, 480)),  # 4:3 holds DROID's 540x640 concat
+    720: ((960, 960), (832, 1104), (1104, 832), (720, 1280), (1280, 720)),
 }
 
 
@@ -54,27 +58,38 @@ def _check_buckets() -> None:
 _check_buckets()
 
 
-def check_layout(layout: str, tier: int) -> None:
+def check_layout(layout: str, tier: int, padding: str = "reflect") -> None:
     if layout not in CAMERA_LAYOUTS:
         raise ConfigError("data.camera_layout", f"{layout!r} is not one of {list(CAMERA_LAYOUTS)}",
                           f"use one of {list(CAMERA_LAYOUTS)}")
     if int(tier) not in RESOLUTION_TIERS:
         raise ConfigError("data.resolution", f"{tier!r} is not one of {list(RESOLUTION_TIERS)}",
                           "use 0 (native), 256, 480 or 720")
+    if padding not in PADDING_MODES:
+        raise ConfigError("data.canvas_padding", f"{padding!r} is not one of {list(PADDING_MODES)}",
+                          "use 'reflect' (the released model's canvases) or 'zero'")
+
+
+def contract_padding(canvas: dict | None) -> str:
+    """The padding a data contract's `canvas` entry was trained with: contracts written before the
+    knob carry no key and were zero-padded."""
+    return str((canvas or {}).get("padding", LEGACY_PADDING))
 
 
 def nearest_bucket(height: int, width: int, tier: int) -> tuple[int, int]:
-    """The tier's bucket whose aspect ratio (H/W) is nearest height/width (log distance, first on ties)."""
+    """The tier's bucket whose H/W is nearest height/width. A plain difference of ratios, first bucket
+    on ties, as the reference picks its target size (a log distance picks differently near 1:1)."""
     if tier not in BUCKETS:
         raise ConfigError("data.resolution", f"{tier!r} has no buckets", f"use one of {sorted(BUCKETS)}")
-    target = math.log(height / width)
-    return min(BUCKETS[tier], key=lambda b: abs(math.log(b[0] / b[1]) - target))
+    target = height / width
+    return min(BUCKETS[tier], key=lambda b: abs(b[0] / b[1] - target))
 
 
 def fit_size(height: int, width: int, bucket: tuple[int, int]) -> tuple[int, int]:
-    """Size of the canvas scaled to fit inside `bucket`, aspect kept, never larger than it already is."""
+    """Size of the canvas scaled to fit inside `bucket`, aspect kept, never larger than it already is
+    (half rounded up, as the reference rounds)."""
     scale = min(bucket[0] / height, bucket[1] / width, 1.0)
-    return min(bucket[0], max(1, round(height * scale))), min(bucket[1], max(1, round(width * scale)))
+    return (min(bucket[0], max(1, int(height * scale + 0.5))), min(bucket[1], max(1, int(width * scale + 0.5))))
 
 
 def composed_size(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_index: int = 0) -> tuple[int, int]:
@@ -93,6 +108,14 @@ def canvas_size(view_shapes: Sequence[tuple[int, int]], layout: str = "side_by_s
     check_layout(layout, tier)
     h, w = composed_size(view_shapes, layout, wrist_index)
     return (h, w) if tier == 0 else nearest_bucket(h, w, tier)
+
+
+def content_size(view_shapes: Sequence[tuple[int, int]], layout: str = "side_by_side", tier: int = 0,
+                 wrist_index: int = 0) -> tuple[int, int]:
+    """(H, W) of the composed pixels inside the final canvas (the rest is padding)."""
+    check_layout(layout, tier)
+    h, w = composed_size(view_shapes, layout, wrist_index)
+    return (h, w) if tier == 0 else fit_size(h, w, nearest_bucket(h, w, tier))
 
 
 def _check_views(view_shapes: Sequence[tuple[int, int]], layout: str, wrist_index: int) -> None:
@@ -142,10 +165,50 @@ def _shrinks(frames: torch.Tensor, size: tuple[int, int]) -> bool:
     return size[0] < frames.shape[1] or size[1] < frames.shape[2]
 
 
+def effective_padding(content: tuple[int, int], size: tuple[int, int], padding: str = "reflect") -> str:
+    """What fills a `size` canvas around `content` (H, W): "none", "zero", "reflect", or "edge" where
+    reflect was asked but a pad is not smaller than the content along one side (no mirror reaches)."""
+    pad_h, pad_w = size[0] - content[0], size[1] - content[1]
+    if not (pad_h or pad_w):
+        return "none"
+    if padding == "reflect" and (pad_h >= content[0] or pad_w >= content[1]):
+        return "edge"
+    return padding
+
+
+def pad_canvas(frames: torch.Tensor, size: tuple[int, int], padding: str = "reflect") -> torch.Tensor:
+    """uint8 [N, h, w, C] -> [N, H, W, C], content top-left, padded bottom and right.
+
+    ``reflect`` mirrors the content about its last row/column (the edge pixel is not repeated), as the
+    reference's reflection padding; where a pad is not smaller than the content along either side no
+    mirror reaches, so both sides are edge-replicated instead, as the reference falls back. Done by
+    gathering rows then columns, so it is exact on uint8 on any device. ``zero`` pads black."""
+    h, w = frames.shape[1:3]
+    pad_h, pad_w = size[0] - h, size[1] - w
+    if pad_h < 0 or pad_w < 0:
+        raise DataError("pad_canvas", f"content {h}x{w} is larger than the canvas {size[0]}x{size[1]}",
+                        "fit the content into the bucket before padding")
+    if not (pad_h or pad_w):
+        return frames
+    if padding == "zero":  # [N, H, W, C] pads (C, W, H) from the last dim
+        return F.pad(frames, (0, 0, 0, pad_w, 0, pad_h))
+    if padding != "reflect":
+        raise ConfigError("data.canvas_padding", f"{padding!r} is not one of {list(PADDING_MODES)}",
+                          "use 'reflect' or 'zero'")
+    mirror = effective_padding((h, w), size, padding) == "reflect"
+
+    def index(n: int, total: int) -> torch.Tensor:
+        i = torch.arange(total, device=frames.device)
+        return torch.where(i < n, i, 2 * (n - 1) - i) if mirror else i.clamp(max=n - 1)
+
+    out = frames.index_select(1, index(h, size[0])) if pad_h else frames
+    return out.index_select(2, index(w, size[1])) if pad_w else out
+
+
 def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "side_by_side", tier: int = 0,
-                   wrist_index: int = 0) -> torch.Tensor:
+                   wrist_index: int = 0, padding: str = "reflect") -> torch.Tensor:
     """Views [V][N, H, W, 3] uint8 (N time steps each) -> canvas [N, H', W', 3] uint8."""
-    check_layout(layout, tier)
+    check_layout(layout, tier, padding)
     stacked = views if isinstance(views, torch.Tensor) else None
     views = list(views)
     for v in views:
@@ -176,16 +239,14 @@ def compose_frames(views: Sequence[torch.Tensor] | torch.Tensor, layout: str = "
     H, W = canvas.shape[1:3]
     bucket = nearest_bucket(H, W, tier)
     fitted = _resize(canvas, fit_size(H, W, bucket))
-    pad_h, pad_w = bucket[0] - fitted.shape[1], bucket[1] - fitted.shape[2]
-    if pad_h or pad_w:  # zero-pad bottom and right: [N, H, W, C] pads (C, W, H) from the last dim
-        fitted = F.pad(fitted, (0, 0, 0, pad_w, 0, pad_h))
-    return fitted.contiguous()
+    return pad_canvas(fitted, bucket, padding).contiguous()
 
 
 def compose_canvas(images: Sequence[np.ndarray | torch.Tensor], layout: str = "side_by_side", tier: int = 0,
-                   wrist_index: int = 0):
+                   wrist_index: int = 0, padding: str = "reflect"):
     """One time step for serving: camera images [H, W, 3] uint8 (in data.camera_keys order) -> canvas
-    [H', W', 3] uint8, exactly as in training. Returns numpy for numpy input, else a torch tensor."""
+    [H', W', 3] uint8, exactly as in training. Returns numpy for numpy input, else a torch tensor.
+    Serving passes the contract's padding (:func:`contract_padding`), not this default."""
     images = list(images)
     as_numpy = bool(images) and all(isinstance(im, np.ndarray) for im in images)
     views = []
@@ -196,7 +257,7 @@ def compose_canvas(images: Sequence[np.ndarray | torch.Tensor], layout: str = "s
                             f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}",
                             "pass RGB uint8 images")
         views.append(t[None])
-    out = compose_frames(views, layout, tier, wrist_index)[0]
+    out = compose_frames(views, layout, tier, wrist_index, padding)[0]
     return out.numpy() if as_numpy else out
 
 
@@ -206,9 +267,9 @@ class CanvasTransform:
 
     The default (side_by_side, native) is the plain left-to-right tiling."""
 
-    def __init__(self, layout: str = "side_by_side", tier: int = 0, wrist_index: int = 0):
-        check_layout(layout, int(tier))
-        self.layout, self.tier, self.wrist_index = layout, int(tier), int(wrist_index)
+    def __init__(self, layout: str = "side_by_side", tier: int = 0, wrist_index: int = 0, padding: str = "reflect"):
+        check_layout(layout, int(tier), padding)
+        self.layout, self.tier, self.wrist_index, self.padding = layout, int(tier), int(wrist_index), padding
 
     @classmethod
     def from_config(cls, data_cfg, camera_keys: Sequence[str]) -> "CanvasTransform":
@@ -216,7 +277,8 @@ class CanvasTransform:
         layout = getattr(data_cfg, "camera_layout", "side_by_side")
         tier = int(getattr(data_cfg, "resolution", 0))
         wrist = getattr(data_cfg, "wrist_camera", "")
-        check_layout(layout, tier)
+        padding = getattr(data_cfg, "canvas_padding", "reflect")
+        check_layout(layout, tier, padding)
         index = 0
         if layout == "concat_view":
             if not wrist:
@@ -226,13 +288,24 @@ class CanvasTransform:
                 raise ConfigError("data.wrist_camera", f"{wrist!r} is not one of the selected cameras "
                                   f"{list(camera_keys)}", "name one of data.camera_keys")
             index = list(camera_keys).index(wrist)
-        return cls(layout, tier, index)
+        return cls(layout, tier, index, padding)
+
+    @classmethod
+    def from_state_dict(cls, state: dict | None) -> "CanvasTransform":
+        """From a data contract's `canvas` entry; one without `padding` predates it and was zero-padded."""
+        state = state or {}
+        return cls(state.get("camera_layout", "side_by_side"), int(state.get("resolution", 0)),
+                   int(state.get("wrist_index", 0)), contract_padding(state))
 
     def size(self, view_shapes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         return canvas_size(view_shapes, self.layout, self.tier, self.wrist_index)
 
+    def content_size(self, view_shapes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        return content_size(view_shapes, self.layout, self.tier, self.wrist_index)
+
     def __call__(self, video: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-        return compose_frames(video, self.layout, self.tier, self.wrist_index)
+        return compose_frames(video, self.layout, self.tier, self.wrist_index, self.padding)
 
     def state_dict(self) -> dict:
-        return {"camera_layout": self.layout, "resolution": self.tier, "wrist_index": self.wrist_index}
+        return {"camera_layout": self.layout, "resolution": self.tier, "wrist_index": self.wrist_index,
+                "padding": self.padding}

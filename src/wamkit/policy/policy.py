@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wamkit.data.canvas import compose_canvas
+from wamkit.data.canvas import compose_canvas, contract_padding
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
@@ -106,7 +106,8 @@ class Policy(ContractModel):
                                    "stack the views in this camera order as [V, H, W, 3] (or pass a list of [H, W, 3])")
         canvas = self.contract.get("canvas", {})  # the same composition training used
         try:
-            frame = compose_canvas(views, canvas.get("camera_layout", "side_by_side"), canvas.get("resolution", 0), canvas.get("wrist_index", 0))
+            frame = compose_canvas(views, canvas.get("camera_layout", "side_by_side"), canvas.get("resolution", 0),
+                                   canvas.get("wrist_index", 0), contract_padding(canvas))
         except WamkitError as exc:
             raise PolicyInputError(where, exc.problem, exc.fix) from exc
         factor = int(getattr(self.video_tokenizer, "spatial_factor", 1))

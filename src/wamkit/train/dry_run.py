@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from wamkit.config import format_config
-from wamkit.data.canvas import CanvasTransform
+from wamkit.data.canvas import CanvasTransform, effective_padding
 from wamkit.bimanual.bundle import is_bundle, open_bundle
 from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
@@ -99,7 +99,11 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
         task = "a typical task description of a few words"
     else:
         return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], 0
-    height, width = CanvasTransform.from_config(cfg.data, cameras).size(views)
+    canvas = CanvasTransform.from_config(cfg.data, cameras)
+    height, width = canvas.size(views)
+    content = canvas.content_size(views)
+    fill = effective_padding(content, (height, width), canvas.padding)
+    padded = f" ({content[0]}x{content[1]} {fill}-padded)" if fill != "none" else ""
     factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
     patch = model.config.latent_patch_size
     t = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
@@ -108,7 +112,7 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
     text = len(text_tok.encode(cfg.data.prompt_template.format(task=task))) if text_tok else cfg.model.max_text_tokens
     return [
-        f"{source}; canvas {height}x{width}",
+        f"{source}; canvas {height}x{width}{padded}",
         f"text {text} (e.g. {task!r}) + video {vision} ({t} latent frames x {per_frame} patches) + action {actions} "
         f"({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {text + vision + actions}",
     ], text + vision + actions

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from wamkit.data import LeRobotV3Dataset
-from wamkit.data.canvas import compose_frames
+from wamkit.data.canvas import compose_frames, contract_padding
 from wamkit.errors import WamkitError
 from wamkit.model.packing import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
@@ -152,7 +152,7 @@ def compose_views(views: list[np.ndarray], canvas: dict | None) -> torch.Tensor:
     canvas = canvas or {}
     tensors = [torch.from_numpy(np.ascontiguousarray(v)) for v in views]
     return compose_frames(tensors, canvas.get("camera_layout", "side_by_side"), int(canvas.get("resolution", 0)),
-                          int(canvas.get("wrist_index", 0)))
+                          int(canvas.get("wrist_index", 0)), contract_padding(canvas))
 
 
 def chunk_starts(length: int, chunk: int) -> list[int]:
