@@ -297,7 +297,8 @@ class ExperimentConfig:
                                   f"use one of {list(PREDICTIONS)}")
         if self.model.zero_init_video_output and self.checkpoint.load_path:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
-                              f"= {self.checkpoint.load_path!r} loads weights over it", "drop one of the two")
+                              f"= {self.checkpoint.load_path!r} loads weights over it",
+                              "--set model.zero_init_video_output=false to fine-tune the base, or --set checkpoint.load_path='' to train from scratch")
         if self.diffusion.x0_loss_weighting not in X0_LOSS_WEIGHTINGS:
             raise ConfigError("diffusion.x0_loss_weighting", f"unknown weighting {self.diffusion.x0_loss_weighting!r}",
                               f"use one of {list(X0_LOSS_WEIGHTINGS)}")
