@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import DEMO_RECIPE, run_cli
+from tests.helpers import DEMO_RECIPE, REPO, run_cli
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 
@@ -99,3 +99,99 @@ def test_memory_estimate_counts_replicated_frozen_weights_whole_in_param_dtype()
 def test_negative_prefetch_is_refused_with_the_field_named():
     proc = run_cli(["train", str(DEMO_RECIPE), "--dry-run", "--set", "parallel.prefetch_layers=-1"], check=False)
     assert proc.returncode != 0 and "parallel.prefetch_layers" in proc.stderr + proc.stdout
+
+
+def test_demo_smoke_test_trains_with_a_warm_up_as_long_as_the_run(tmp_path):
+    """`wamkit train recipes/demo_tiny.toml --set trainer.max_iter=20`, the natural smoke test: the
+    recipe's 20-step warm-up (cycle_lengths = [] -> [max_iter]) is shortened with a note, not an error.
+    max_iter=3 with warm_up_steps=[5] is the same case, in a few seconds."""
+    from tests.helpers import DEMO_RECIPE, run_cli
+
+    args = ["train", str(DEMO_RECIPE), "--set", "trainer.max_iter=3", "--set", "scheduler.warm_up_steps=[5]",
+            "--set", f'job.output_root="{tmp_path}"', "--set", "trainer.progress_bar=false"]
+    proc = run_cli(args)
+    assert "warm-up shortened to 2 steps" in proc.stdout
+    assert (tmp_path / "demo_tiny" / "checkpoints" / "iter_000000003").is_dir()  # max_iter < save_iter: saved at the end
+
+
+def test_warm_up_clamp_keeps_the_schedule_shape_and_explicit_cycles_still_fail():
+    from types import SimpleNamespace
+
+    from wamkit.train.schedule import build_schedule
+
+    cfg = SimpleNamespace(kind="LambdaLinear", warm_up_steps=[20], cycle_lengths=[], f_start=[0.0], f_max=[1.0], f_min=[0.0])
+    s = build_schedule(cfg, 20)
+    assert s.warm_up_steps == [19] and s(0) == 0.0 and s(19) == 1.0
+    assert build_schedule(cfg, 400).warm_up_steps == [20]  # fits: untouched
+    with pytest.raises(ConfigError, match="scheduler.warm_up_steps") as err:
+        load_experiment(DEMO_RECIPE, ["scheduler.cycle_lengths=[20]"])
+    assert err.value.fix.startswith("--set scheduler.warm_up_steps=[2]")
+
+
+def test_every_config_error_of_a_bad_override_carries_a_fix():
+    for override in ("trainer.max_iter=0", "trainer.max_iter=1.5", "trainer.progress_bar=1", "optimizer.lr=abc",
+                     "job.name=3", "trainer.max_iter.x=1", "scheduler.warm_up_steps=[1,2]", "scheduler.cycle_lengths=[0]"):
+        with pytest.raises(ConfigError) as err:
+            load_experiment(DEMO_RECIPE, [override])
+        assert err.value.fix, override
+    with pytest.raises(ConfigError, match=r"^--set trainer.max_iter=1.5: trainer.max_iter"):
+        load_experiment(DEMO_RECIPE, ["trainer.max_iter=1.5"])  # names the --set, not the recipe file
+
+
+@pytest.mark.parametrize("field,needle", [
+    ("checkpoint.load_path", "Cosmos3 diffusers dir or reference safetensors"),
+    ("model.vae_path", "AutoencoderKLWan"),
+    ("data.path", "LeRobot v3.0 dataset root"),
+    ("data.keep_ranges_path", "keep-ranges JSON"),
+    ("data.latent_cache", "wamkit data cache-latents"),
+    ("distill.teacher_path", "iteration directory"),
+])
+def test_unset_variable_error_names_variable_field_and_a_fix_for_the_field(field, needle, monkeypatch):
+    from wamkit.config.schema import expand_env
+
+    monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
+    with pytest.raises(ConfigError) as err:
+        expand_env("${WAMKIT_TEST_UNSET}", field)
+    assert err.value.where == field and "WAMKIT_TEST_UNSET" in err.value.problem
+    assert err.value.fix.startswith("export WAMKIT_TEST_UNSET=") and needle in err.value.fix
+    assert "/path/to/dataset" not in err.value.fix or field == "data.path"
+
+
+def test_base_checkpoint_variable_unset_is_an_error_with_both_ways_out_and_empty_means_random_init(monkeypatch):
+    from wamkit.train.setup import load_base_weights
+
+    recipe = REPO / "recipes" / "g1_simple.toml"
+    monkeypatch.delenv("BASE_CHECKPOINT_PATH", raising=False)
+    cfg = load_experiment(recipe)  # unset: kept as written (a dry run needs no environment) ...
+    assert cfg.checkpoint.load_path == "${BASE_CHECKPOINT_PATH}"
+    with pytest.raises(ConfigError) as err:  # ... and the error when the base is loaded
+        load_base_weights(None, cfg)
+    text = str(err.value)
+    assert text.startswith("checkpoint.load_path: uses ${BASE_CHECKPOINT_PATH}, which is not set")
+    assert "export BASE_CHECKPOINT_PATH=/path/to/Cosmos3-Nano" in text and "--set checkpoint.load_path=''" in text
+    monkeypatch.setenv("BASE_CHECKPOINT_PATH", "")
+    assert load_experiment(recipe).checkpoint.load_path == ""  # set but empty: random init
+    monkeypatch.setenv("BASE_CHECKPOINT_PATH", "/ckpt/nano")
+    assert load_experiment(recipe).checkpoint.load_path == "/ckpt/nano"  # recorded as used
+
+
+def test_fallback_variables_and_empty_required_paths_name_the_variables(monkeypatch):
+    recipe = REPO / "recipes" / "g1_simple.toml"
+    for var in ("SIMPLE_ROOT", "DATASET_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    from wamkit.config.schema import expand_env
+
+    with pytest.raises(ConfigError, match="SIMPLE_ROOT is not set and the fallback's DATASET_PATH is not set") as err:
+        expand_env("${SIMPLE_ROOT:-$DATASET_PATH}", "data.path")
+    assert "export SIMPLE_ROOT=/path/to/dataset (or DATASET_PATH=...)" in err.value.fix
+    monkeypatch.setenv("DATASET_PATH", "/data/g1")
+    assert load_experiment(recipe).data.path == "/data/g1"
+    monkeypatch.setenv("DATASET_PATH", "")
+    with pytest.raises(ConfigError, match=r"data.path: is empty \(\$\{SIMPLE_ROOT:-\$DATASET_PATH\}") as err:
+        load_experiment(recipe)
+    assert err.value.fix.startswith("export SIMPLE_ROOT=")
+    monkeypatch.setenv("DATASET_PATH", "/data/g1")
+    monkeypatch.setenv("WAN_VAE_PATH", "")
+    with pytest.raises(ConfigError, match="model.vae_path") as err:
+        load_experiment(recipe)
+    assert "WAN_VAE_PATH set but empty" in err.value.problem and "export WAN_VAE_PATH=/path/to/wan22_vae" in err.value.fix

@@ -26,10 +26,12 @@ def load_experiment(recipe: str | Path | None, overrides: list[str] = ()) -> Exp
         raw = read_recipe(Path(recipe))
     if "distill" in raw:
         raise ConfigError(source, "is a distillation recipe (it has a [distill] section)", f"run it with `wamkit distill {source}`")
-    for item in overrides:
-        _apply_override(raw, item)
     config = ExperimentConfig()
     _merge(config, raw, prefix="", source=source)
+    for item in overrides:  # merged one by one, so a bad value names the --set that gave it, not the recipe
+        override: dict[str, Any] = {}
+        _apply_override(override, item)
+        _merge(config, override, prefix="", source=f"--set {item}")
     return config.validate()
 
 
@@ -76,7 +78,8 @@ def _apply_override(raw: dict, item: str) -> None:
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {key}", f"{part!r} is a value, not a section", "")
+            raise ConfigError(f"--set {key}", f"{part!r} is a value, not a section",
+                              f"set the value itself, e.g. --set {'.'.join(parts[:parts.index(part) + 1])}=...")
     node[parts[-1]] = _parse_value(text.strip())
 
 
@@ -121,19 +124,19 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(where, f"expected true/false, got {value!r}", "")
+        raise ConfigError(where, f"expected true/false, got {value!r}", "write true or false (lowercase, unquoted)")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(where, f"expected an integer, got {value!r}", "")
+        raise ConfigError(where, f"expected an integer, got {value!r}", "write a whole number without quotes or a decimal point, e.g. 100")
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise ConfigError(where, f"expected a number, got {value!r}", "")
+        raise ConfigError(where, f"expected a number, got {value!r}", "write a number without quotes, e.g. 1e-4")
     if hint is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(where, f"expected a string, got {value!r}", "quote it")
+        raise ConfigError(where, f"expected a string, got {value!r}", f'quote it: "{value}" (on the command line: --set {where.rsplit(": ", 1)[-1]}=\'"{value}"\')')
     return value
 
 
