@@ -14,7 +14,7 @@ t0=$(date +%s)
 D=/tmp/pq/data/metaworld_reach-v3
 python3 -m wamkit.cli sim record metaworld/reach-v3 --episodes 40 --out $D --seed 0 --resolution 64 2>&1 | tail -1
 pq() {  # gpu methods tag
-  CUDA_VISIBLE_DEVICES=$1 timeout ${PQ_S:-500} python3 benchmarks/policy_quality.py --device cuda --samples 12000 --episodes 20 \
+  CUDA_VISIBLE_DEVICES=$1 timeout ${PQ_S:-500} python3 benchmarks/policy_quality.py --samples 12000 --episodes 20 \
     --seed 1000 --dp-scheduler DDIM --dp-inference-steps 10 --set data.num_workers=4 --dataset $D --methods $2 \
     --out /tmp/pq/$3 > $OUT/pq_$3.log 2>&1
   echo "pq rc=$?" >> $OUT/pq_$3.log

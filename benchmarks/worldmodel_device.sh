@@ -19,7 +19,7 @@ RUNS=${RUNS:-"0:metaworld_fd 1:metaworld_fd_residual"}
 name() { local rest=${1#*:}; [ "${rest#*:}" = "$rest" ] && echo $rest || echo ${rest%%:*}_${rest#*:}; }
 train() {  # gpu recipe [tag]
   local run=$2 tagged=; [ -n "$3" ] && { run=$2_$3; tagged="EXTRA_$3"; }
-  CUDA_VISIBLE_DEVICES=$1 timeout ${TRAIN_S:-400} python3 -m wamkit.cli train recipes/$2.toml --device cuda \
+  CUDA_VISIBLE_DEVICES=$1 timeout ${TRAIN_S:-400} python3 -m wamkit.cli train recipes/$2.toml \
     --set job.output_root="\"$W\"" --set job.name="\"$run\"" ${ITERS:+--set trainer.max_iter=$ITERS} \
     --set checkpoint.save_iter=100 --set trainer.val_every=500 --set trainer.progress_bar=false $EXTRA \
     ${tagged:+${!tagged}} >> $OUT/train_$run.log 2>&1
@@ -28,7 +28,7 @@ train() {  # gpu recipe [tag]
 evalwm() {  # gpu run setting eval-args...
   local gpu=$1 run=$2 tag=$2_$3; shift 3
   CUDA_VISIBLE_DEVICES=$gpu timeout ${EVAL_S:-120} python3 -m wamkit.cli eval wm $W/$run --held-out \
-    --device cuda --out $W/eval_$tag "$@" > $W/eval_$tag.log 2>&1
+    --out $W/eval_$tag "$@" > $W/eval_$tag.log 2>&1
   echo "eval $tag rc=$?" >> $W/eval_$tag.log
   grep -v Warn $W/eval_$tag.log | tail -12 > $OUT/eval_$tag.txt
 }

@@ -33,7 +33,9 @@ def test_demo_policy_loss_falls_and_outputs_are_where_announced(demo_root, tmp_p
 def test_new_run_name_starts_from_base_weights(demo_root, tmp_path):
     base = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=32)
     base.save_pretrained(tmp_path / "base" / "transformer")
-    args = quick_overrides(demo_root, tmp_path, "from_base", 3, 3) + ["--set", f'checkpoint.load_path="{tmp_path / "base"}"']
+    # the base ships no tokenizer files: say that it embeds byte ids (else a ConfigError, tests/model/test_text_tokenizer.py)
+    args = quick_overrides(demo_root, tmp_path, "from_base", 3, 3) + ["--set", f'checkpoint.load_path="{tmp_path / "base"}"',
+                                                                      "--set", 'model.text_tokenizer_path="byte"']
     proc = run_cli(["train", str(DEMO_RECIPE), *args])
     assert "fresh run from base weights (diffusers transformer)" in proc.stdout
     # a later stage can start from this run's checkpoint as its base

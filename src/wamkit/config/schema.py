@@ -95,7 +95,7 @@ class ModelConfig:
     tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
-    text_tokenizer_path: str = ""  # "" -> byte tokenizer (tiny); else a tokenizer directory
+    text_tokenizer_path: str = ""  # "" -> the base checkpoint's own tokenizer, bytes without a base; "byte"; or a tokenizer directory
     max_text_tokens: int = 64
     max_action_dim: int = 36
     num_domains: int = 32

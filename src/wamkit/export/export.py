@@ -1,7 +1,7 @@
 """export_run: a run's checkpoint -> a diffusers-format directory that serves without the run.
 
     <out_dir>/transformer/      Cosmos3OmniTransformer.save_pretrained (from_pretrained loads it)
-    <out_dir>/text_tokenizer/   only when the run used a pretrained text tokenizer
+    <out_dir>/text_tokenizer/   the run's resolved text tokenizer (none for the byte tokenizer)
     <out_dir>/wamkit.json       data contract + what is needed to rebuild tokenizers and sampling
 
 The directory is written under a temporary sibling, reloaded and checked against the in-memory
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from wamkit.errors import WamkitError
+from wamkit.model.text_tokenizer import save_text_tokenizer
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
 from wamkit.policy.loading import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export
 
@@ -42,8 +43,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
     try:
         tmp.mkdir()
         loaded.model.save_pretrained(str(tmp / "transformer"))
-        if loaded.model_info["text_tokenizer"] != "byte":
-            loaded.text_tokenizer.tok.save_pretrained(str(tmp / loaded.model_info["text_tokenizer"]))
+        save_text_tokenizer(loaded.text_tokenizer, tmp)
         manifest = {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -55,6 +55,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
         }
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
         reloaded = load_from_export(tmp, device=device)
+        verify_same_tokens(loaded.text_tokenizer, reloaded.text_tokenizer, loaded.contract["prompt_template"])
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
                             loaded.text_tokenizer, atol=atol, rtol=rtol)
         _refuse_existing(out_dir)  # someone may have written there meanwhile
@@ -70,6 +71,19 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
 def _refuse_existing(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ExportError(str(out_dir), "already exists and is not empty", "choose a new output directory or delete this one")
+
+
+TOKENIZER_PROBES = ("verify export", "pick up the red cube and place it in the bowl", "Öffne die Schublade, 2x schneller!")
+
+
+def verify_same_tokens(expected, actual, prompt_template: str) -> None:
+    """Raise ExportError unless the exported text tokenizer gives the training tokenizer's ids."""
+    for probe in TOKENIZER_PROBES:
+        text = prompt_template.format(task=probe)
+        a, b = expected.encode(text), actual.encode(text)
+        if a != b or expected.vocab_size != actual.vocab_size:
+            raise ExportError("export", f"the exported text tokenizer encodes {text!r} as {b[:16]}..., training used {a[:16]}...",
+                              "check the transformers version; the export must tokenize exactly as training did")
 
 
 def fixed_packed_input(contract: dict, latent_channels: int, text_tokenizer, device="cpu") -> list[SequenceSample]:

@@ -1,6 +1,6 @@
-"""Video and text tokenizers. Both video tokenizers honour one shape contract: T+1 frames become
-1 + T/4 latent frames (the first frame alone, then groups of four), so the sequence builder never
-needs to know which one is in use."""
+"""Video tokenizers (the text tokenizers are in wamkit.model.text_tokenizer). Both video tokenizers
+honour one shape contract: T+1 frames become 1 + T/4 latent frames (the first frame alone, then
+groups of four), so the sequence builder never needs to know which one is in use."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from wamkit.errors import ConfigError, DataError
+# The text tokenizers live in wamkit.model.text_tokenizer; re-exported here for existing imports.
+from wamkit.model.text_tokenizer import ByteTokenizer, PretrainedTextTokenizer, build_text_tokenizer  # noqa: F401
 
 TEMPORAL_FACTOR = 4
 
@@ -199,37 +201,3 @@ def build_video_tokenizer(kind: str, vae_path: str = "", pixel_spatial_factor: i
     if kind == "wan2.2":
         return WanTokenizer.from_pretrained(vae_path, dtype or torch.float32).to(device)
     raise ConfigError("model.tokenizer", f"unknown tokenizer {kind!r}", "use 'pixel' or 'wan2.2'")
-
-
-class ByteTokenizer:
-    """Text tokenizer for the tiny preset: UTF-8 bytes offset by three special ids."""
-
-    pad_id, bos_id, eos_id = 0, 1, 2
-    vocab_size = 259
-
-    def __init__(self, max_tokens: int):
-        self.max_tokens = max_tokens
-
-    def encode(self, text: str) -> list[int]:
-        ids = [self.bos_id] + [b + 3 for b in text.encode("utf-8")][: self.max_tokens - 2] + [self.eos_id]
-        return ids
-
-
-class PretrainedTextTokenizer:
-    """The tokenizer files shipped in a real checkpoint directory (needs `transformers`)."""
-
-    def __init__(self, path: str, max_tokens: int):
-        try:
-            from transformers import AutoTokenizer
-        except ImportError as exc:
-            raise ConfigError("model.text_tokenizer_path", "needs the `transformers` package", "pip install transformers") from exc
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.max_tokens = max_tokens
-        self.vocab_size = len(self.tok)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok(text, truncation=True, max_length=self.max_tokens)["input_ids"]
-
-
-def build_text_tokenizer(path: str, max_tokens: int):
-    return PretrainedTextTokenizer(path, max_tokens) if path else ByteTokenizer(max_tokens)

@@ -12,7 +12,8 @@ import torch
 from wamkit.config import ExperimentConfig, config_from_dict
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import apply_lora, merge_lora
-from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
+from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokenizer_info
+from wamkit.model.tokenizer import build_video_tokenizer
 from wamkit.train import checkpoint as ckpt
 
 EXPORT_MANIFEST = "wamkit.json"
@@ -51,7 +52,9 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
     return latest, checkpoints.parent
 
 
-def model_info_from_config(cfg: ExperimentConfig) -> dict:
+def model_info_from_config(cfg: ExperimentConfig, text_tokenizer) -> dict:
+    """What an export records to rebuild the model's surroundings; the text tokenizer is the one the
+    run resolved (wamkit.model.text_tokenizer), whose files the export carries."""
     vae = str(Path(cfg.model.vae_path).expanduser().resolve()) if cfg.model.vae_path else ""
     return {
         "preset": cfg.model.preset,
@@ -59,8 +62,7 @@ def model_info_from_config(cfg: ExperimentConfig) -> dict:
         "tokenizer": cfg.model.tokenizer,
         "vae_path": vae,
         "pixel_spatial_factor": cfg.model.pixel_spatial_factor,
-        "text_tokenizer": "byte" if not cfg.model.text_tokenizer_path else "text_tokenizer",
-        "text_tokenizer_path": cfg.model.text_tokenizer_path,
+        **text_tokenizer_info(text_tokenizer),
         "max_text_tokens": cfg.model.max_text_tokens,
         "max_action_dim": cfg.model.max_action_dim,
         "num_domains": cfg.model.num_domains,
@@ -120,7 +122,7 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     video_tokenizer.to(device)  # fp32 for inference, beside the model
     return LoadedModel(
         model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=contract,
-        model_info=model_info_from_config(cfg), diffusion=dataclasses.asdict(cfg.diffusion),
+        model_info=model_info_from_config(cfg, text_tokenizer), diffusion=dataclasses.asdict(cfg.diffusion),
         source={"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"},
         experiment_config=dataclasses.asdict(cfg),
     )
@@ -174,8 +176,7 @@ def load_from_export(directory: str | Path, device: str | torch.device = "cpu") 
     data = read_manifest(directory)
     info = data["model"]
     video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]), device=device)
-    text_path = "" if info["text_tokenizer"] == "byte" else str(directory / info["text_tokenizer"])
-    text_tokenizer = build_text_tokenizer(text_path, int(info["max_text_tokens"]))
+    text_tokenizer = text_tokenizer_from_export(directory, info)
     transformer_dir = directory / "transformer"
     if not (transformer_dir / "config.json").is_file():
         raise CheckpointError(str(transformer_dir), "has no config.json", "re-export the run")

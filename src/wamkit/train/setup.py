@@ -17,7 +17,8 @@ from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.stream import TransformedWindows
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
-from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
+from wamkit.model.text_tokenizer import ByteTokenizer, resolve_text_tokenizer
+from wamkit.model.tokenizer import build_video_tokenizer
 
 
 @dataclass
@@ -168,12 +169,20 @@ def build_tokenizers(cfg, device: torch.device | str = "cpu"):
     from wamkit.train.parallel import DTYPES
 
     dtype = DTYPES[cfg.parallel.param_dtype] if torch.device(device).type == "cuda" else None
-    video = build_video_tokenizer(cfg.model.tokenizer, expand_env(cfg.model.vae_path, "model.vae_path"), cfg.model.pixel_spatial_factor,
-                                  device=device, dtype=dtype)
-    text = build_text_tokenizer(cfg.model.text_tokenizer_path, cfg.model.max_text_tokens)
+    vae_path = expand_env(cfg.model.vae_path, "model.vae_path") if cfg.model.tokenizer == "wan2.2" else ""
+    video = build_video_tokenizer(cfg.model.tokenizer, vae_path, cfg.model.pixel_spatial_factor, device=device, dtype=dtype)
+    text = resolve_text_tokenizer(cfg)  # the base checkpoint's own tokenizer (wamkit.model.text_tokenizer)
     return video, text
 
 
+BYTE_SIZED_VOCAB = 65536  # the built-in small presets embed 384 ids; Cosmos3 (Qwen) embeds 151936
+
+
 def check_vocab(model, text_tokenizer) -> None:
+    """The text ids must mean something to the model's embedding. (A byte tokenizer beside a pretrained
+    base without tokenizer files is refused earlier, by resolve_text_tokenizer.)"""
+    if isinstance(text_tokenizer, ByteTokenizer) and not text_tokenizer.explicit and model.config.vocab_size > BYTE_SIZED_VOCAB:
+        raise ConfigError("model.text_tokenizer_path", f"is empty (byte tokenizer) but the model embeds {model.config.vocab_size} ids, "
+                          "a pretrained text vocabulary", 'set it to the tokenizer directory of the base checkpoint, or to "byte" to train byte ids on purpose')
     if text_tokenizer.vocab_size > model.config.vocab_size:
         raise ConfigError("model.text_tokenizer_path", f"tokenizer has {text_tokenizer.vocab_size} ids but the model embeds {model.config.vocab_size}", "use the tokenizer shipped with the checkpoint")

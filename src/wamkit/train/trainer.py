@@ -13,6 +13,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import ExperimentConfig, config_to_dict, format_config
+from wamkit.config.schema import expand_env
 from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
@@ -184,7 +185,8 @@ class Trainer:
         defaults = config_to_dict(ExperimentConfig())  # a knob added since the run started had its default
         changed = [
             f"{section}.{key}" for section, values in now.items() for key, value in values.items()
-            if f"{section}.{key}" not in RESUMABLE_KNOBS and before.get(section, {}).get(key, defaults[section][key]) != value
+            if f"{section}.{key}" not in RESUMABLE_KNOBS
+            and _as_recorded(before.get(section, {}).get(key, defaults[section][key]), f"{section}.{key}") != value
         ]
         if changed:
             raise CheckpointError(
@@ -329,6 +331,17 @@ class Trainer:
             "first_loss_mean": sum(first) / len(first) if first else float("nan"),
             "last_loss_mean": sum(last) / len(last) if last else float("nan"),
         }
+
+
+def _as_recorded(saved, field: str):
+    """A value from an earlier launch's resolved_config.json. Runs started before variables were
+    expanded at load recorded `${VAR}` as written: compare what it expands to now."""
+    if isinstance(saved, str) and "${" in saved:
+        try:
+            return expand_env(saved, field)
+        except ConfigError:
+            return saved
+    return saved
 
 
 class _NoBar:
