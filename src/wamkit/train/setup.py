@@ -17,7 +17,7 @@ from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.stream import TransformedWindows
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
-from wamkit.model.text_tokenizer import ByteTokenizer, resolve_text_tokenizer
+from wamkit.model.text_tokenizer import resolve_text_tokenizer
 from wamkit.model.tokenizer import build_video_tokenizer
 
 
@@ -175,14 +175,11 @@ def build_tokenizers(cfg, device: torch.device | str = "cpu"):
     return video, text
 
 
-BYTE_SIZED_VOCAB = 65536  # the built-in small presets embed 384 ids; Cosmos3 (Qwen) embeds 151936
 
 
 def check_vocab(model, text_tokenizer) -> None:
-    """The text ids must mean something to the model's embedding. (A byte tokenizer beside a pretrained
-    base without tokenizer files is refused earlier, by resolve_text_tokenizer.)"""
-    if isinstance(text_tokenizer, ByteTokenizer) and not text_tokenizer.explicit and model.config.vocab_size > BYTE_SIZED_VOCAB:
-        raise ConfigError("model.text_tokenizer_path", f"is empty (byte tokenizer) but the model embeds {model.config.vocab_size} ids, "
-                          "a pretrained text vocabulary", 'set it to the tokenizer directory of the base checkpoint, or to "byte" to train byte ids on purpose')
+    """Every text id must have a row in the model's embedding. (A byte tokenizer beside a pretrained
+    base is refused earlier, by resolve_text_tokenizer; bytes into a randomly initialised Nano-sized
+    embedding are fine: there is no pretrained vocabulary to mismatch.)"""
     if text_tokenizer.vocab_size > model.config.vocab_size:
         raise ConfigError("model.text_tokenizer_path", f"tokenizer has {text_tokenizer.vocab_size} ids but the model embeds {model.config.vocab_size}", "use the tokenizer shipped with the checkpoint")
