@@ -24,3 +24,20 @@ def test_serve_latency_prints_table():
     out = _run("benchmarks/serve_latency.py", "--requests", "2", "--clients", "1,2", "--num-steps", "2", "--warmup", "1")
     assert "| clients | requests | denoising steps | p50 ms/chunk |" in out
     assert len([l for l in out.splitlines() if l.startswith("| 1 |") or l.startswith("| 2 |")]) == 2
+
+
+def test_vae_encode_prints_a_row_per_variant():
+    out = _run("benchmarks/vae_encode.py", "--device", "cpu", "--sizes", "32x48", "--frames", "5", "--batch", "1", "--repeats", "1", "--no-compile")
+    rows = [l for l in out.splitlines() if l.startswith("| 32x48 |")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    assert len(rows) == 3 and all(float(c[4]) > 0 for c in cells)  # ms per clip
+    assert float(cells[0][5]) == 0 and all(float(c[5]) < 1e-3 for c in cells)  # the variants encode the same latents
+
+
+def test_train_e2e_runs_the_tiny_seed_recipe_and_prints_its_split(tmp_path):
+    out = _run("benchmarks/train_e2e.py", "--cpu-smoke", "--recipes", "g1_simple", "--steps", "2", "--warmup", "1",
+               "--work", str(tmp_path))
+    row = next(l for l in out.splitlines() if l.startswith("| g1_simple | 1 | online VAE |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert int(cells[3]) >= 2 and float(cells[5]) > 0  # timed steps, samples/s
+    assert out.strip().splitlines()[-1].startswith("e2e_mfu_g1_simple=")

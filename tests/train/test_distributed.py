@@ -96,7 +96,8 @@ def test_meta_init_materialises_shards_like_one_process(demo_root, tmp_path):
 
     torch.manual_seed(1)
     build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=32).save_pretrained(tmp_path / "base" / "transformer")
-    knobs = ["--set", "parallel.init=\"meta\"", "--set", "lora.enabled=true", "--set", f'checkpoint.load_path="{tmp_path / "base"}"']
+    knobs = ["--set", "parallel.init=\"meta\"", "--set", "lora.enabled=true", "--set", f'checkpoint.load_path="{tmp_path / "base"}"',
+             "--set", 'model.text_tokenizer_path="byte"']  # the random base ships no tokenizer
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *knobs]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4", *knobs]
     out = _torchrun(["train", str(DEMO_RECIPE), *two])

@@ -94,6 +94,10 @@ class ModelConfig:
     mode_weights: ModeWeights = field(default_factory=ModeWeights)
     tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
+    # torch.compile the Wan2.2 VAE encoder when training on a GPU: about 2x faster encodes (21.6 vs 44
+    # ms per 33-frame 256x320 clip on an H200) for about 90 s of compile at the first step. Runs
+    # from a latent cache (data.latent_cache) never encode and do not compile it.
+    compile_vae: bool = True
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
     text_tokenizer_path: str = ""  # "" -> the base checkpoint's own tokenizer, bytes without a base; "byte"; or a tokenizer directory
     max_text_tokens: int = 64

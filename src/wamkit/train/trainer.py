@@ -62,6 +62,8 @@ class Trainer:
         t0 = time.perf_counter()
         self.data = build_run_data(cfg)
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
+        if cfg.model.compile_vae and not cfg.data.latent_cache and self.device.type == "cuda" and hasattr(self.video_tokenizer, "compile_encoder"):
+            self.video_tokenizer.compile_encoder()
         # On a GPU the transformer is built on the meta device and materialised shard by shard on the
         # GPU after sharding (wamkit.model.materialize): no host init of billions of parameters.
         self.materialize = cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and self.device.type == "cuda")
