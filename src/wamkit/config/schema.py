@@ -95,7 +95,7 @@ class ModelConfig:
     tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
     # torch.compile the Wan2.2 VAE encoder when training on a GPU: about 2x faster encodes (21.6 vs 44
-    # ms per 33-frame 256x320 clip on an H200) for about 90 s of compile at the first step. Runs
+    # ms per 33-frame 256x320 clip on an H200) for compile time at the first step (steady-state chunks only). Runs
     # from a latent cache (data.latent_cache) never encode and do not compile it.
     compile_vae: bool = True
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
