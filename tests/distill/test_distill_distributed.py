@@ -12,21 +12,8 @@ import torch
 
 from tests.bimanual.tiny import recipe, tiny_overrides
 from tests.helpers import REPO
-from wamkit.bimanual import write_synthetic_bundle
-from wamkit.config import load_experiment
 from wamkit.distill import DistillTrainer, load_distill_recipe
 from wamkit.train.metrics import read_metrics
-from wamkit.train.trainer import Trainer
-
-
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    root = tmp_path_factory.mktemp("chain")
-    bundle = write_synthetic_bundle(root / "bundle", samples=8)
-    runs = root / "runs"
-    stage0 = Trainer(load_experiment(recipe(0), tiny_overrides(bundle, runs, "d-stage0", 2, chunk_frames=0))).train()["latest_checkpoint"]
-    stage1 = Trainer(load_experiment(recipe(1), tiny_overrides(bundle, runs, "d-stage1", 2, stage0))).train()["latest_checkpoint"]
-    return bundle, runs, stage0, stage1
 
 
 def _overrides(chain, stage, name, iters, per_rank, extra):

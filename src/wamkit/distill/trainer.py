@@ -58,7 +58,9 @@ from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
-from wamkit.train.setup import build_model, build_run_data, build_tokenizers, check_vocab, load_base_weights
+from wamkit.model.materialize import materialize
+from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
+                                load_base_weights, materialize_run_model)
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.trainer import RESUMABLE_KNOBS, sample_generator
 
@@ -66,14 +68,18 @@ DISTILL_CONFIG = "distill_config.json"
 EXIT_STEP_OFFSET = 1 << 41  # stream positions of the shared exit-step draws: apart from every sample's and validation's
 
 
-def load_frozen(cfg, latent_channels: int, path: str, what: str):
-    """A wamkit iteration directory's regular weights ("model"), on the CPU, before placement."""
+def frozen_source(path: str, what: str) -> Path:
+    """A teacher / reference / critic path: a completed wamkit iteration directory."""
     where = Path(expand_env(path, f"distill.{what}_path")).expanduser()
     if not (where / ckpt.COMPLETE_MARKER).is_file():
         raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
-    model = build_model(cfg, latent_channels, "cpu")
+    return where
+
+
+def load_model_weights(model, where: Path) -> None:
+    """An iteration directory's regular weights ("model") into `model`, plain or sharded (DCP reads
+    only each rank's shards)."""
     ckpt.load_checkpoint(where, {"model": model.state_dict()})
-    return model
 
 
 class DistillTrainer:
@@ -91,33 +97,32 @@ class DistillTrainer:
         torch.manual_seed(cfg.job.seed)
         self.data = build_run_data(cfg)
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
-        channels = self.video_tokenizer.latent_channels
+        self.channels = self.video_tokenizer.latent_channels
         self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
-        student = build_model(cfg, channels, "cpu")
-        check_vocab(student, self.text_tokenizer)
+        # On a GPU every model is built on the meta device and materialised shard by shard there, its
+        # weights read into the shards (wamkit.model.materialize): no host copy of any of them.
+        self.on_meta = builds_on_meta(cfg, self.device)
         self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
-        if self.latest is None:
-            if not cfg.checkpoint.load_path:
-                raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
-            load_base_weights(student, cfg)
+        if self.latest is None and not cfg.checkpoint.load_path:
+            raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
         self.fps = float(self.data.dataset.fps)
         self.procs = {}
         # The run's model.attention; resolved as for fp32, so `auto` never picks flex (the block-causal
         # flex path is not tested for distillation).
         self.attention = attention_backend(cfg.model.attention, self.device, torch.float32)
-        self.student = self._place("student", student)
+        self.student = self._place("student", self._load_student)
         self.optimizer = build_optimizer(self.student, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
         self.ema = EMA(self.student, cfg.ema.beta, cfg.ema.warmup)
         # Same build and sharding as the student, so the EMA (sharded like the student) copies in place.
-        self.ema_model = self._place("ema", build_model(cfg, channels, "cpu"), frozen=True)
+        self.ema_model = self._place("ema", None, frozen=True)
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if dcfg.method == "tf_dcm":
-            self.teacher = self._place("teacher", load_frozen(cfg, channels, dcfg.teacher_path, "teacher"), frozen=True)
+            self.teacher = self._place("teacher", self._from(dcfg.teacher_path, "teacher"), frozen=True)
         else:
-            self.reference = self._place("reference", load_frozen(cfg, channels, dcfg.reference_path, "reference"), frozen=True)
-            self.critic = self._place("critic", load_frozen(cfg, channels, dcfg.critic_path, "critic"))
+            self.reference = self._place("reference", self._from(dcfg.reference_path, "reference"), frozen=True)
+            self.critic = self._place("critic", self._from(dcfg.critic_path, "critic"))
             critic_opt_cfg = copy.copy(cfg.optimizer)
             if dcfg.critic_lr > 0:
                 critic_opt_cfg.lr = dcfg.critic_lr
@@ -132,11 +137,38 @@ class DistillTrainer:
         """Samples per step over all ranks (trainer.samples_per_step is per rank)."""
         return self.cfg.trainer.samples_per_step * self.ctx.world_size
 
-    def _place(self, role: str, model, frozen: bool = False):
-        """Onto the device and through the Trainer's `parallelize` (activation checkpointing, compile,
-        FSDP2 under torchrun), with this run's attention processor. Frozen models keep the trainable
-        flags of their build while being sharded, so they shard exactly like the student."""
-        model = parallelize(model.to(self.device), self.mesh, self.cfg)
+    def _from(self, path: str, what: str):
+        """The loader of a frozen or critic model's weights (checked before anything is built)."""
+        where = frozen_source(path, what)
+        return lambda model: load_model_weights(model, where)
+
+    def _load_student(self, model) -> None:
+        """A fresh run's student starts from checkpoint.load_path; a resume loads its own checkpoint later."""
+        if self.latest is not None:
+            return
+        if self.on_meta:
+            materialize_run_model(model, self.cfg, self.device, load_base=True)
+        else:
+            load_base_weights(model, self.cfg)
+
+    def _place(self, role: str, load, frozen: bool = False):
+        """Build one model, fill it (`load(model)`, or random values for None) and place it on the
+        device through the Trainer's `parallelize` (activation checkpointing, compile, FSDP2 under
+        torchrun), with this run's attention processor. Frozen models keep the trainable flags of their
+        build while being sharded, so they shard exactly like the student."""
+        if self.on_meta:
+            model = parallelize(build_model(self.cfg, self.channels, "meta"), self.mesh, self.cfg)
+            materialize(model, self.device, self.cfg.job.seed)
+            if load is not None:
+                load(model)
+        else:
+            model = build_model(self.cfg, self.channels, "cpu")
+            if load is not None:
+                load(model)
+            model = parallelize(model.to(self.device), self.mesh, self.cfg)
+        if role == "student":
+            check_vocab(model, self.text_tokenizer)
+        check_placement(self.device, model, self.video_tokenizer)
         if frozen:
             model.eval().requires_grad_(False)
         self.procs[role] = install_packed_attention(model, self.attention)

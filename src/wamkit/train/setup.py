@@ -163,6 +163,35 @@ def load_base_weights(model, cfg) -> str:
     return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
 
+def builds_on_meta(cfg, device: torch.device) -> bool:
+    """parallel.init: `auto` builds on the meta device and materialises on GPUs (no host init of
+    billions of parameters), eagerly on the CPU; `meta` / `eager` force one way."""
+    return cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and device.type == "cuda")
+
+
+def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> str:
+    """Values for a meta-built (possibly sharded) model: random, keyed by parameter name, or with
+    `load_base` checkpoint.load_path's -- a wamkit iteration directory loaded into the shards, or a
+    diffusers base read as row slices per rank. Returns what the run started from."""
+    from wamkit.model.materialize import BaseWeights, materialize
+
+    if not load_base or not cfg.checkpoint.load_path:
+        materialize(model, device, cfg.job.seed)
+        if cfg.model.zero_init_video_output:
+            zero_video_output(model)
+        return "fresh run from random initialisation"
+    path = base_weights_path(cfg)
+    if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
+        materialize(model, device, cfg.job.seed)
+        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)})
+        return f"fresh run from base weights (wamkit checkpoint) {path}"
+    base = BaseWeights(path)
+    base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)
+    materialize(model, device, cfg.job.seed, base, skip_action_heads=cfg.checkpoint.skip_action_heads,
+                fresh_action_domain=cfg.data.domain_id)
+    return f"fresh run from base weights ({base.kind}) {path}"
+
+
 def build_tokenizers(cfg, device: torch.device | str = "cpu"):
     """(video, text) tokenizers; the video tokenizer computes on `device`, on GPUs in the run's
     compute dtype (parallel.param_dtype)."""

@@ -26,8 +26,8 @@ from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
-from wamkit.train.setup import (base_weights_path, build_model, build_run_data, build_tokenizers, check_placement, check_vocab,
-                                load_base_weights, plain_state_dict, zero_video_output)
+from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
+                                load_base_weights, materialize_run_model)
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import Throughput, seconds_since_launch
@@ -66,7 +66,7 @@ class Trainer:
             self.video_tokenizer.compile_encoder()
         # On a GPU the transformer is built on the meta device and materialised shard by shard on the
         # GPU after sharding (wamkit.model.materialize): no host init of billions of parameters.
-        self.materialize = cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and self.device.type == "cuda")
+        self.materialize = builds_on_meta(cfg, self.device)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, "meta" if self.materialize else self.device)
         check_vocab(self.model, self.text_tokenizer)
         self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
@@ -76,7 +76,8 @@ class Trainer:
         self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
         self.model = parallelize(self.model, self.mesh, cfg)
         if self.materialize:
-            self.init_note = self._materialize()
+            note = materialize_run_model(self.model, cfg, self.device, load_base=self.latest is None)
+            self.init_note = "" if self.latest is not None else note
         check_placement(self.device, self.model, self.video_tokenizer)
         self.build_seconds = time.perf_counter() - t0
         backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
@@ -130,27 +131,6 @@ class Trainer:
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
         return state
-
-    def _materialize(self) -> str:
-        """Values for the meta-built, sharded model: random, or the base's (read as row slices per
-        rank); a resume then loads its checkpoint over them."""
-        from wamkit.model.materialize import BaseWeights, materialize
-
-        if self.latest is not None or not self.cfg.checkpoint.load_path:
-            materialize(self.model, self.device, self.cfg.job.seed)
-            if self.cfg.model.zero_init_video_output:
-                zero_video_output(self.model)
-            return "" if self.latest is not None else "fresh run from random initialisation"
-        path = base_weights_path(self.cfg)
-        if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
-            materialize(self.model, self.device, self.cfg.job.seed)
-            ckpt.load_checkpoint(path, {"model": plain_state_dict(self.model)})
-            return f"fresh run from base weights (wamkit checkpoint) {path}"
-        base = BaseWeights(path)
-        base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(self.model).items()}, self.cfg.checkpoint.skip_action_heads)
-        materialize(self.model, self.device, self.cfg.job.seed, base, skip_action_heads=self.cfg.checkpoint.skip_action_heads,
-                    fresh_action_domain=self.cfg.data.domain_id)
-        return f"fresh run from base weights ({base.kind}) {path}"
 
     def _load_base_if_fresh(self) -> str:
         """Base weights load into the plain model, before sharding; a resume loads later, sharded."""
