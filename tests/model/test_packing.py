@@ -200,3 +200,28 @@ def test_fps_modulation_sets_the_temporal_spacing_of_frames(fps_modulation):
     steps = temporal[1:] - temporal[:-1]
     expected = 1.0 if not fps_modulation else (80 / 4) ** -1 * (24 / 4)  # latent-frame rate vs base_fps 24 / 4
     torch.testing.assert_close(steps, torch.full_like(steps, expected), atol=2e-3, rtol=0)  # fp32 at ~15000
+
+
+def test_compiled_layers_do_not_recompile_for_new_per_sample_packs():
+    """parallel.compile compiles each decoder layer; packs of the same total lengths but other sample
+    boundaries (every training step) must reuse its graphs (they recompiled every step on the CPU)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    model = _model()
+    for layer in model.layers:
+        layer.compile(dynamic=False, backend="eager")
+    processor = install_packed_attention(model, "per_sample")
+    gen = torch.Generator().manual_seed(3)
+    packs = [[_sample(gen, 4, 3, 4, 4, 9, 0.3, 0, True), _sample(gen, 8, 3, 4, 4, 9, 0.6, 1, True)],
+             [_sample(gen, 9, 3, 4, 4, 9, 0.4, 0, True), _sample(gen, 3, 3, 4, 4, 9, 0.2, 1, True)],
+             [_sample(gen, 6, 3, 4, 4, 9, 0.5, 2, True), _sample(gen, 6, 3, 4, 4, 9, 0.7, 0, True)]]
+    graphs = []
+    for samples in packs:  # 12 text tokens and the same video/action tokens in every pack
+        batch = pack_samples(samples, model.config)
+        with packed_layout(processor, batch):
+            out = model(**batch.forward_kwargs)
+        sum(o.square().sum() for o in out.sample + out.action).backward()
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] > 0 and graphs[1] == graphs[2] == graphs[0], graphs

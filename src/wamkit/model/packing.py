@@ -325,7 +325,10 @@ class PerSampleAttention(PackedAttention):
     def captured_state(self) -> tuple:
         return self.chunk_masks, list(self._kv_buffers)
 
+    @torch.compiler.disable
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
+        """Never traced: compiled decoder layers (parallel.compile) would guard on every sample's
+        boundaries and recompile for each new pack; they break around this call instead."""
         if pathway == "und":
             return torch.cat([sdpa_attention(q[s:e], k[s:e], v[s:e], causal=True) for s, e in self.und_segments])
         outs = []
