@@ -39,6 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("--bundle", required=True, help="bundle directory (manifest.json + samples.json)")
     validate.add_argument("--materialize", action="store_true", help="also build one packed sample of --stage and report shapes/dtypes")
     validate.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
+    bundle = data_sub.add_parser("bundle", help="convert a bimanual LeRobot v3.0 dataset (ALOHA layout) into a sim-bimanual bundle")
+    bundle.add_argument("lerobot_dir", help="LeRobot v3.0 dataset (e.g. from `wamkit sim record aloha/transfer-cube`)")
+    bundle.add_argument("out", help="bundle directory to write (must not exist or be empty)")
+    bundle.add_argument("--chunk-length", type=int, required=True, help="T: windows of T+1 frames / T action rows (multiple of 4; the stage recipes use 32)")
+    bundle.add_argument("--stride", type=int, default=None, help="frames between window starts (default: T, no overlap)")
+    bundle.add_argument("--val-fraction", type=float, default=0.1, help="episodes held out for validation (split before windowing)")
+    bundle.add_argument("--seed", type=int, default=0, help="seed of the episode split")
+    bundle.add_argument("--cameras", default=None, help="comma-separated video keys, tiled left to right (default: all)")
+    bundle.add_argument("--resolution", type=int, default=0, help="canvas tier: 0 native, 256, 480 or 720")
+    bundle.add_argument("--source", default="aloha", help="source name in the manifest")
+    bundle.add_argument("--caption", default="{task}", help="caption template filled with the episode's task")
     cache = data_sub.add_parser("cache-latents", help="tokenize every window of a recipe's dataset once; train with data.latent_cache=DIR")
     cache.add_argument("recipe")
     cache.add_argument("--out", required=True)
@@ -87,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     sim_record.add_argument("--seed", type=int, default=0)
     sim_record.add_argument("--resolution", type=int, default=64, help="square camera frame size in px (multiple of 16)")
     sim_record.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
+    sim_record.add_argument("--camera", default=None,
+                            help="camera to render (default: the env's); aloha/transfer-cube takes several, comma-separated, e.g. top,left_wrist")
     sim_record.add_argument("--action-repeat", type=int, default=1,
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
 
@@ -211,6 +224,10 @@ def _dispatch(args) -> int:
         from wamkit.eval.sim_eval import eval_sim_main
 
         return eval_sim_main(args)
+    if args.command == "data" and args.data_command == "bundle":
+        from wamkit.bimanual.convert import bundle_main
+
+        return bundle_main(args)
     if args.command == "data" and args.data_command == "validate":
         from wamkit.bimanual import validate_main
 

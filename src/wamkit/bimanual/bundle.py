@@ -128,21 +128,33 @@ def write_synthetic_bundle(
                 "action_mask": mask_path, "caption": caption, "frame_start": w * chunk_length,
                 "frame_end": w * chunk_length + chunk_length + 1,
             })
-    stacked = np.concatenate(all_actions)
-    scale = np.where(mask, np.maximum(stacked.std(axis=0), 1e-3), 1.0)
+    scale = asinh_scale(np.concatenate(all_actions), mask)
+    write_bundle_index(out, records, scale, fps, chunk_length, (image_size, image_size), sources)
+    return out
+
+
+def asinh_scale(actions: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Pinned global asinh scale [59] from raw action rows [N, 59]: each valid value's std (floored at
+    1e-3 so a value that never moves still normalizes finitely), 1.0 where no source provides it."""
+    return np.where(valid, np.maximum(np.asarray(actions, np.float64).std(axis=0), 1e-3), 1.0)
+
+
+def write_bundle_index(out: Path, records: list[dict], scale: np.ndarray, fps: float, chunk_length: int,
+                       frame_size: tuple[int, int], sources: list[tuple[str, float]]) -> None:
+    """manifest.json, samples.json and the byte-tokenizer resource of a bundle whose media and action
+    files are already written (one writer for every bundle producer, so they cannot drift)."""
     (out / TOKENIZER_DIR).mkdir(parents=True, exist_ok=True)
     (out / TOKENIZER_DIR / "tokenizer_config.json").write_text(json.dumps({"kind": "byte"}))
     manifest = {
         "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "action_schema": SCHEMA_ID, "action_names": list(ACTION_NAMES),
         "action_dim": ACTION_DIM, "padded_action_dim": PADDED_DIM, "fps": fps, "chunk_length": chunk_length,
-        "window_frames": chunk_length + 1, "frame_size": [image_size, image_size],
+        "window_frames": chunk_length + 1, "frame_size": [int(frame_size[0]), int(frame_size[1])],
         "sources": [{"name": n, "weight": w, "domain_id": i} for i, (n, w) in enumerate(sources)],
         "stats": {"kind": "global_asinh", "pinned": True, "scale": [float(x) for x in scale]},
         "tokenizer": TOKENIZER_DIR,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     (out / SAMPLES).write_text(json.dumps(records, indent=2))
-    return out
 
 
 # ---- reading ------------------------------------------------------------------------------------

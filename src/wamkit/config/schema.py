@@ -212,6 +212,9 @@ class ParallelConfig:
     """torch.distributed layout. World size comes from torchrun; shard degree = world / replicate."""
 
     data_parallel_replicate_degree: int = 1  # > 1: HSDP (replicate across nodes, shard inside)
+    # > 1: k ranks split each packed sequence's tokens (all-gather K/V attention; wamkit.train.context_parallel).
+    # Data parallel = world / k; parameters shard over dp_shard x cp. `wamkit train` only.
+    context_parallel_degree: int = 1
     activation_checkpointing: str = "none"  # none | selective (recompute the MLPs) | full (whole layers)
     compile: bool = False  # torch.compile each decoder layer
     param_dtype: str = "float32"  # compute dtype of FSDP2 (bfloat16 on GPUs); master weights stay fp32
@@ -316,6 +319,9 @@ class ExperimentConfig:
                               f"use one of {list(X0_LOSS_WEIGHTINGS)}")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
+        if self.parallel.context_parallel_degree < 1:
+            raise ConfigError("parallel.context_parallel_degree", f"{self.parallel.context_parallel_degree} is below 1",
+                              "use 1 (no context parallelism) or the number of GPUs that split one sequence")
         if self.parallel.prefetch_layers < 0:
             raise ConfigError("parallel.prefetch_layers", f"{self.parallel.prefetch_layers} is negative", "use 0 (FSDP2's own prefetch) or N >= 1 layers")
         if self.checkpoint.save_iter <= 0:

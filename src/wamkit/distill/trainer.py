@@ -98,6 +98,9 @@ class DistillTrainer:
         self.data = build_run_data(cfg)
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
         self.channels = self.video_tokenizer.latent_channels
+        if parallel_dims(cfg, self.ctx.world_size).cp > 1:
+            raise ConfigError("parallel.context_parallel_degree", f"is {cfg.parallel.context_parallel_degree}; the distillation "
+                              "stages (2, 3) have no context-parallel path yet", "set it to 1 for `wamkit distill`")
         self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
         # On a GPU every model is built on the meta device and materialised shard by shard there, its
         # weights read into the shards (wamkit.model.materialize): no host copy of any of them.

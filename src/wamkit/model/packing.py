@@ -254,28 +254,38 @@ class PackedAttention:
     def __call__(self, attn, und_seq, gen_seq, rotary_emb):
         if self.und_mask is None:
             raise RuntimeError("PackedAttention has no layout: run the forward inside `packed_layout(...)`")
-        heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
-        q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, d))
-        k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
-        v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
         cos_und, sin_und, cos_gen, sin_gen = (r.unsqueeze(1) for r in rotary_emb)
-        q_gen, k_gen = (self.rope(x, cos_gen, sin_gen) for x in (q_gen, k_gen))
+        q_gen, k_gen, v_gen = self.project_gen(attn, gen_seq, cos_gen, sin_gen)
 
         if self.text_cache == "replay":
-            und_out = und_seq.new_zeros((0, heads * d))
+            und_out = und_seq.new_zeros((0, attn.num_attention_heads * attn.head_dim))
             k_und_for_gen, v_und = self._next_text_kv()
         else:
-            q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, d))
-            k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
-            v_und = attn.to_v(und_seq).view(-1, kv_heads, d)
-            k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
-            q_und, k_und, k_und_for_gen = (self.rope(x, cos_und, sin_und) for x in (q_und, k_und, k_und_for_gen))
+            q_und, k_und, v_und, k_und_for_gen = self.project_und(attn, und_seq, cos_und, sin_und)
             und_out = self.attend(q_und, k_und, v_und, "und")
             if self.text_cache == "record":
                 k_und_for_gen, v_und = self._record_text_kv(k_und_for_gen, v_und)
 
         gen_out = self.attend(q_gen, torch.cat([k_und_for_gen, k_gen]), torch.cat([v_und, v_gen]), "gen")
         return attn.to_out(und_out), attn.to_add_out(gen_out)
+
+    def project_gen(self, attn, gen_seq, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Generation-pathway q, k (normed, rotated) and v, [N, heads, d]."""
+        heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
+        q = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, d))
+        k = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
+        v = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
+        return self.rope(q, cos, sin), self.rope(k, cos, sin), v
+
+    def project_und(self, attn, und_seq, cos, sin) -> tuple[torch.Tensor, ...]:
+        """Text-pathway q, k, v and the text keys generation tokens see (k_norm_und_for_gen), [N, heads, d]."""
+        heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
+        q = attn.norm_q(attn.to_q(und_seq).view(-1, heads, d))
+        k = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, d))
+        v = attn.to_v(und_seq).view(-1, kv_heads, d)
+        k_for_gen = attn.k_norm_und_for_gen(k) if attn.k_norm_und_for_gen is not None else k
+        q, k, k_for_gen = (self.rope(x, cos, sin) for x in (q, k, k_for_gen))
+        return q, k, v, k_for_gen
 
     def _record_text_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Copy into this layer's persistent buffers (stable addresses, so captured CUDA graphs that
@@ -301,6 +311,12 @@ class PackedAttention:
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
         """[N, H, D] tensors -> [N, H*D]; dense boolean masks through SDPA (the CPU/test path)."""
         return sdpa_attention(q, k, v, self.und_mask if pathway == "und" else self.gen_mask)
+
+    def attend_rows(self, q, k, v, pathway: str, start: int) -> torch.Tensor:
+        """Queries of the pathway's rows [start, start + len(q)) over ALL its keys (context parallelism:
+        a rank holds a slice of the queries and gathers every key); the mask's rows of those queries."""
+        mask = self.und_mask if pathway == "und" else self.gen_mask
+        return sdpa_attention(q, k, v, mask[start:start + len(q)])
 
 
 class PerSampleAttention(PackedAttention):
@@ -338,6 +354,26 @@ class PerSampleAttention(PackedAttention):
             keys = slice(self.text_length + gs, self.text_length + ge)
             mask = self.chunk_masks[i] if self.chunk_masks is not None else None
             outs.append(sdpa_attention(q[gs:ge], torch.cat([k[us:ue], k[keys]]), torch.cat([v[us:ue], v[keys]]), mask))
+        return torch.cat(outs)
+
+
+    def attend_rows(self, q, k, v, pathway: str, start: int) -> torch.Tensor:
+        """`PackedAttention.attend_rows` sample by sample: each sample's queries in the row range over
+        that sample's keys, with the causal (text) or chunk (block-causal) mask rows they need."""
+        end, outs = start + len(q), []
+        for i, ((us, ue), (gs, ge)) in enumerate(zip(self.und_segments, self.gen_segments)):
+            lo, hi = (us, ue) if pathway == "und" else (gs, ge)
+            a, b = max(lo, start), min(hi, end)
+            if a >= b:
+                continue
+            if pathway == "und":
+                keys = slice(us, ue)
+                mask = torch.arange(a, b, device=q.device)[:, None] >= torch.arange(us, ue, device=q.device)[None, :]
+                outs.append(sdpa_attention(q[a - start:b - start], k[keys], v[keys], mask))
+                continue
+            keys = slice(self.text_length + gs, self.text_length + ge)
+            mask = self.chunk_masks[i][a - gs:b - gs] if self.chunk_masks is not None else None
+            outs.append(sdpa_attention(q[a - start:b - start], torch.cat([k[us:ue], k[keys]]), torch.cat([v[us:ue], v[keys]]), mask))
         return torch.cat(outs)
 
 

@@ -4,7 +4,9 @@ The adapter drives gym-aloha's own MuJoCo model (`bimanual_viperx_transfer_cube.
 (`gym_aloha.tasks.sim.TransferCubeTask`: action mapping, episode reset, reward) through a
 `dm_control.mujoco.Physics`, exactly as `AlohaEnv` does, but without `AlohaEnv`'s observation step,
 which renders three 640x480 cameras every step whatever the observation size. Only the `top` camera
-is rendered, at R x R pixels with shadows, reflections and multisampling off.
+is rendered, at R x R pixels with shadows, reflections and multisampling off; `camera="top,left_wrist"`
+renders those cameras (any of the model's: left_pillar, right_pillar, top, angle, front_close,
+left_wrist, right_wrist) and adds them to each observation as `"views"`.
 
 * state  = the 14 joint positions gym-aloha calls `agent_pos`: per arm (left, then right) 6 joint
   angles (rad) and the normalized gripper opening (0 closed, 1 open).
@@ -205,8 +207,10 @@ class AlohaTransferCubeEnv(SimEnv):
         self.last_reward = 0
 
     # ---- env ------------------------------------------------------------------------------------
-    def render(self) -> np.ndarray:
-        self._renderer.update_scene(self._physics.data.ptr, camera=self._camera_id)
+    multi_camera = True
+
+    def render(self, camera: str | None = None) -> np.ndarray:
+        self._renderer.update_scene(self._physics.data.ptr, camera=self._camera_ids[camera or self.camera])
         return np.ascontiguousarray(self._renderer.render())
 
     def joint_state(self) -> np.ndarray:
@@ -216,7 +220,10 @@ class AlohaTransferCubeEnv(SimEnv):
         return self._physics.data.qpos[self._box_qadr:self._box_qadr + 3].copy()
 
     def _obs(self) -> dict:
-        return {"image": self.render(), "state": self.joint_state(), "prompt": self.spec.task}
+        obs = {"image": self.render(), "state": self.joint_state(), "prompt": self.spec.task}
+        if len(self.cameras) > 1:
+            obs["views"] = {self.camera: obs["image"], **{c: self.render(c) for c in self.cameras[1:]}}
+        return obs
 
     def reset(self, seed: int) -> dict:
         self._aloha_sim.BOX_POSE[0] = self._sample_box_pose(int(seed))

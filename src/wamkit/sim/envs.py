@@ -91,6 +91,9 @@ class SimEnv:
     spec: EnvSpec
     resolution: int
     max_episode_steps: int
+    # Adapters that render several cameras per step (`camera="a,b"`) add `"views": {name: image}` to
+    # each observation; `"image"` stays the first camera's.
+    multi_camera = False
 
     def reset(self, seed: int) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
@@ -133,7 +136,11 @@ class SimEnv:
             raise SimError(f"sim env {spec.name!r}: resolution", f"{resolution} is outside [16, 480]",
                            "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
         self.spec, self.resolution = spec, int(resolution)
-        self.camera = camera or spec.camera
+        self.cameras = [c.strip() for c in (camera or spec.camera).split(",") if c.strip()]
+        if len(self.cameras) > 1 and not self.multi_camera:
+            raise SimError(f"sim env {spec.name!r}: camera", f"{camera!r} names {len(self.cameras)} cameras; this env "
+                           "renders one", "name a single camera (several are supported for aloha/transfer-cube)")
+        self.camera = self.cameras[0]
         self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
         if self.max_episode_steps < 1:
             raise SimError(f"sim env {spec.name!r}: max_episode_steps", f"is {self.max_episode_steps}", "use >= 1")
@@ -147,11 +154,14 @@ class SimEnv:
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        try:
-            self._camera_id = model.camera(self.camera).id
-        except KeyError as exc:
-            names = [model.camera(i).name for i in range(model.ncam)]
-            raise SimError(f"sim env {self.spec.name!r}: camera", f"{self.camera!r} does not exist", f"use one of {names}") from exc
+        self._camera_ids = {}
+        for name in self.cameras:
+            try:
+                self._camera_ids[name] = model.camera(name).id
+            except KeyError as exc:
+                names = [model.camera(i).name for i in range(model.ncam)]
+                raise SimError(f"sim env {self.spec.name!r}: camera", f"{name!r} does not exist", f"use one of {names}") from exc
+        self._camera_id = self._camera_ids[self.camera]
 
     def __enter__(self):
         return self

@@ -58,7 +58,7 @@ def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10)
     for _ in range(max_steps):
         action = env.expert_action()
         states.append(obs["state"])
-        frames.append(obs["image"])
+        frames.append(obs.get("views", obs["image"]))
         actions.append(action)
         result = env.step(action)
         obs = result.obs
@@ -70,8 +70,16 @@ def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10)
                 break
             extra += 1
     episode = RecordedEpisode(task=env.spec.task, states=np.stack(states).astype(np.float32),
-                              actions=np.stack(actions).astype(np.float32), frames=np.stack(frames))
+                              actions=np.stack(actions).astype(np.float32), frames=_stack_frames(frames))
     return episode, success
+
+
+def _stack_frames(frames: list) -> np.ndarray | dict[str, np.ndarray]:
+    """One camera: [L, H, W, 3]. Several (observations with "views"): one such array per camera,
+    keyed `observation.images.<camera>` as LeRobot names its ALOHA cameras."""
+    if isinstance(frames[0], dict):
+        return {f"observation.images.{name}": np.stack([f[name] for f in frames]) for name in frames[0]}
+    return np.stack(frames)
 
 
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
@@ -155,7 +163,7 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
 
 def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
-    summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution,
+    summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
                      verbose=True)
     print(summary.format())

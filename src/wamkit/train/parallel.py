@@ -1,4 +1,4 @@
-"""torch.distributed for wamkit: process-group setup under torchrun, the (dp_replicate, dp_shard)
+"""torch.distributed for wamkit: process-group setup under torchrun, the (dp_replicate, dp_shard, cp)
 device mesh, and one `parallelize()` that applies activation checkpointing, per-layer compile and
 FSDP2 to a plain model. Parallelism never leaks into model code.
 
@@ -26,10 +26,20 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 class ParallelDims:
     dp_replicate: int
     dp_shard: int
+    cp: int = 1  # context parallel: ranks that split one packed sequence's tokens (wamkit.train.context_parallel)
 
     @property
     def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.cp
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks: the ranks of a cp group share their samples."""
         return self.dp_replicate * self.dp_shard
+
+    def dp_rank(self, rank: int) -> int:
+        """The data-parallel rank of a global rank (mesh order: cp is the innermost dimension)."""
+        return rank // self.cp
 
 
 @dataclass(frozen=True)
@@ -68,18 +78,28 @@ def init_distributed(device: str | torch.device = "auto") -> DistContext:
 
 def parallel_dims(cfg, world_size: int) -> ParallelDims:
     replicate = cfg.parallel.data_parallel_replicate_degree
-    if replicate < 1 or world_size % replicate:
+    cp = int(getattr(cfg.parallel, "context_parallel_degree", 1))
+    if cp < 1 or world_size % cp:
+        raise ConfigError("parallel.context_parallel_degree", f"{cp} does not divide the world size {world_size}",
+                          "use a divisor of the GPU count (e.g. 4 of 8: two data-parallel groups of 4), or 1")
+    if replicate < 1 or (world_size // cp) % replicate:
         raise ConfigError(
-            "parallel.data_parallel_replicate_degree", f"{replicate} does not divide the world size {world_size}",
+            "parallel.data_parallel_replicate_degree", f"{replicate} does not divide the data-parallel size "
+            f"{world_size // cp} (world {world_size} / context parallel {cp})",
             "use the number of nodes (HSDP: replicate across nodes, shard inside a node) or 1",
         )
-    return ParallelDims(replicate, world_size // replicate)
+    return ParallelDims(replicate, world_size // cp // replicate, cp)
 
 
 def build_mesh(dims: ParallelDims, device: torch.device):
+    """("dp_replicate", "dp_shard", "cp"), cp innermost (a cp group on neighbouring GPUs of one node),
+    plus "dp_shard_cp", the flattened FSDP dimension: parameters shard over dp_shard x cp."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device.type, (dims.dp_replicate, dims.dp_shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+    mesh = init_device_mesh(device.type, (dims.dp_replicate, dims.dp_shard, dims.cp),
+                            mesh_dim_names=("dp_replicate", "dp_shard", "cp"))
+    mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    return mesh
 
 
 def checkpoint_mlps(model: torch.nn.Module) -> int:
@@ -119,7 +139,7 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype])
-    fsdp_mesh = mesh if mesh.size(0) > 1 else mesh["dp_shard"]
+    fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
     replicate_frozen = bool(getattr(p, "replicate_frozen", False))
     for layer in model.layers:
         fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,

@@ -24,6 +24,7 @@ from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
+from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
@@ -37,6 +38,7 @@ from wamkit.train.throughput import Throughput, seconds_since_launch
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
 }
 
 
@@ -72,7 +74,8 @@ class Trainer:
         self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
         self.init_note = "" if self.materialize else self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
-        dims = parallel_dims(cfg, self.ctx.world_size)
+        self.dims = dims = parallel_dims(cfg, self.ctx.world_size)
+        self.dp_rank, self.dp_size = dims.dp_rank(self.ctx.rank), dims.dp_size  # a cp group shares its samples
         self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
         self.model = parallelize(self.model, self.mesh, cfg)
         if self.materialize:
@@ -81,10 +84,13 @@ class Trainer:
         check_placement(self.device, self.model, self.video_tokenizer)
         self.build_seconds = time.perf_counter() - t0
         backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
+        backend = context_parallel_backend(cfg.model.attention, backend, dims.cp)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
             backend, mode=cfg.model.mode, mode_weights=cfg.model.mode_weights, text_multiple=training_text_multiple(cfg.parallel.compile, backend),
         )
+        if dims.cp > 1:
+            self.objective.processor = enable_context_parallel(self.model, self.objective.processor, self.mesh["cp"].get_group())
         if cfg.trainer.max_tokens_per_batch:
             cfg.trainer.samples_per_step = self._samples_for_token_budget(cfg.trainer.max_tokens_per_batch)
         self.optimizer = build_optimizer(self.model, cfg.optimizer)
@@ -117,7 +123,7 @@ class Trainer:
 
     @property
     def global_micro_batch(self) -> int:
-        return self.cfg.trainer.samples_per_step * self.ctx.world_size
+        return self.cfg.trainer.samples_per_step * self.dp_size
 
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -193,7 +199,8 @@ class Trainer:
             (self.run_dir / "config.toml").write_text(format_config(self.cfg))
             (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
             (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
-            print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}\n[wamkit] world size {self.ctx.world_size}, "
+            print(f"[wamkit] run dir: {self.run_dir}\n[wamkit] {how}\n[wamkit] world size {self.ctx.world_size}"
+                  f"{f' (context parallel {self.dims.cp})' if self.dims.cp > 1 else ''}, "
                   f"global batch {self.global_micro_batch * cfg.grad_accum_iter} samples/step", flush=True)
         if self.step >= cfg.max_iter:
             if main:
@@ -202,7 +209,7 @@ class Trainer:
         logger = MetricsLogger(self.run_dir, self.step) if main else None
         stream = batch_stream(
             self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
-            self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size,
+            self.cfg.data.num_workers, self.dp_rank, self.dp_size,
         )
         bar = _progress(cfg.max_iter, self.step, cfg.progress_bar and main)
         self.model.train()
@@ -214,7 +221,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
-                record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter))
+                record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
                 if self.step == 1 and main:
                     print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
                           f"({record['step_s']:.1f} s in the step itself)", flush=True)
@@ -248,13 +255,14 @@ class Trainer:
             samples = next(stream)
             data_wait += time.perf_counter() - t0
             timer.mark("data")
-            first = self.consumed + self.ctx.rank * cfg.samples_per_step
+            first = self.consumed + self.dp_rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
             with self.compute_precision():
                 losses = self.objective(samples, generators)
             (losses.total / cfg.grad_accum_iter).backward()
             timer.mark("forward_backward")
-            flops, tokens = flops + self.objective.last_flops, tokens + self.objective.last_tokens
+            # this rank's useful work: under context parallelism it computes 1/cp of each sequence
+            flops, tokens = flops + self.objective.last_flops / self.dims.cp, tokens + self.objective.last_tokens // self.dims.cp
             self.consumed += self.global_micro_batch
             totals["loss"] += losses.total.item() / cfg.grad_accum_iter
             totals["video_loss"] += losses.video / cfg.grad_accum_iter
