@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from wamkit.data.lerobot_v3 import check_version
 from wamkit.data.normalize import CONSTANT_RTOL, constant_channels
 from wamkit.errors import DataError
 
@@ -146,13 +147,14 @@ class _Doctor:
             self.error("info_invalid_json", path, f"top level is {type(info).__name__}, not an object",
                        "regenerate meta/info.json")
             return False
+        try:
+            check_version(path, info)
+        except DataError as exc:  # a v2.x layout: every other check would only repeat it
+            self.error("info_bad_version", exc.where, exc.problem, exc.fix)
+            return False
         missing = [k for k in INFO_REQUIRED if k not in info]
         if missing:
             self.error("info_missing_keys", path, f"missing keys {missing}", "regenerate meta/info.json (LeRobot v3.0)")
-        version = str(info.get("codebase_version", ""))
-        if "codebase_version" in info and not version.startswith("v3."):
-            self.error("info_bad_version", f"{path}: codebase_version", f"is {version!r}, expected v3.x",
-                       "convert the dataset to LeRobot v3.0 (lerobot's convert_dataset_v21_to_v30)")
         fps = info.get("fps")
         if "fps" in info:
             if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from wamkit.config.lerobot_home import hf_lerobot_home
 from wamkit.data.video import decode_at_times
 from wamkit.errors import DataError
 
@@ -68,6 +69,37 @@ def column_to_numpy(table: pa.Table, name: str, where: str) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
+CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30"  # LeRobot >= 0.4
+
+
+def convert_fix(root: Path, version: str) -> str:
+    """How to turn an older LeRobot dataset into v3.0: LeRobot's own converter, which converts
+    `<--root>/<--repo-id>` in place (keeping the original as `<name>_old`); --push-to-hub=false, or it
+    would push the result to the hub. Inside LeRobot's cache the repo id is the path below it."""
+    root = Path(root).resolve()
+    try:
+        repo_id = root.relative_to(hf_lerobot_home().resolve()).as_posix()
+    except ValueError:
+        repo_id = root.name
+    parent = Path(str(root)[: -len(repo_id)].rstrip("/") or "/")
+    older = "" if version == "v2.1" else " (the converter reads v2.1: bring older datasets to v2.1 first)"
+    return (f"convert it to LeRobot v3.0 in place with LeRobot 0.4+: `{CONVERTER} --repo-id={repo_id} "
+            f"--root={parent} --push-to-hub=false` (the original is kept as {root.name}_old){older}")
+
+
+def check_version(path: Path, info: dict[str, Any]) -> None:
+    """A v2.x (or older) dataset is refused before anything else: its layout (episodes.jsonl, one parquet
+    per episode) is not v3.0's, so every later error would mislead."""
+    root = path.parent.parent
+    version = str(info.get("codebase_version", ""))
+    if "codebase_version" in info and not version.startswith("v3."):
+        raise DataError(f"{path}: codebase_version", f"is {version!r}: a LeRobot {version} dataset; wamkit reads "
+                        "v3.x", convert_fix(root, version))
+    if "codebase_version" not in info and (root / "meta" / "episodes.jsonl").is_file():
+        raise DataError(f"{path}: codebase_version", "is missing and meta/episodes.jsonl exists: a LeRobot v2.x "
+                        "layout; wamkit reads v3.x", convert_fix(root, "v2.x"))
+
+
 def load_info(root: Path) -> dict[str, Any]:
     """Load and check meta/info.json: it is the contract for every other file."""
     path = root / "meta" / "info.json"
@@ -78,13 +110,12 @@ def load_info(root: Path) -> dict[str, Any]:
         info = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(str(path), f"invalid JSON: {exc}", "fix or regenerate meta/info.json") from exc
+    if not isinstance(info, dict):
+        raise DataError(str(path), f"top level is {type(info).__name__}, not an object", "regenerate meta/info.json")
+    check_version(path, info)
     missing = [k for k in INFO_KEYS if k not in info]
     if missing:
         raise DataError(str(path), f"missing keys {missing}", "regenerate meta/info.json with LeRobot v3.0")
-    version = str(info["codebase_version"])
-    if not version.startswith("v3."):
-        raise DataError(f"{path}: codebase_version", f"is {version!r}, expected v3.x",
-                        "convert the dataset to LeRobot v3.0 (lerobot's convert_dataset_v21_to_v30)")
     for key, feat in info["features"].items():
         if not isinstance(feat, dict) or "dtype" not in feat or "shape" not in feat:
             raise DataError(f"{path}: features[{key!r}]", "needs 'dtype' and 'shape'", "regenerate meta/info.json")
