@@ -33,6 +33,7 @@ from tests.helpers import DEMO_RECIPE
 from tests.interop import lerobot_venv
 from wamkit.data import LeRobotV3Dataset, WindowDataset
 from wamkit.data.video import close_all
+from wamkit.errors import DataError
 
 CHUNK = 8
 LAYOUTS = {  # layout -> the writer's flags
@@ -136,6 +137,7 @@ def test_windows_equal_lerobot_reading(lerobot_dump):
 
 def test_trains_three_steps(lerobot_dump, tmp_path):
     from wamkit.config import load_experiment
+    from wamkit.train.setup import build_run_data
     from wamkit.train.trainer import Trainer
 
     layout, root, _, _ = lerobot_dump
@@ -145,6 +147,11 @@ def test_trains_three_steps(lerobot_dump, tmp_path):
                  "data.use_state": str(has_state).lower(), "trainer.max_iter": "3", "checkpoint.save_iter": "3",
                  "trainer.samples_per_step": "2", "trainer.val_every": "0", "trainer.progress_bar": "false",
                  "scheduler.warm_up_steps": "[1]"}
+    if not has_state:  # the recipe's default use_state = true is refused, naming the knob
+        with_state = [f"{k}={v}" for k, v in {**overrides, "data.use_state": "true"}.items()]
+        with pytest.raises(DataError, match="data.use_state is true but the dataset has no state") as err:
+            build_run_data(load_experiment(DEMO_RECIPE, with_state))
+        assert "--set data.use_state=false" in err.value.fix
     Trainer(load_experiment(DEMO_RECIPE, [f"{k}={v}" for k, v in overrides.items()])).train()
     rows = [json.loads(line) for line in (tmp_path / layout / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]

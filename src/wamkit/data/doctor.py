@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from wamkit.data.lerobot_v3 import check_version
+from wamkit.data.lerobot_v3 import CAMERA_DTYPES, check_version
 from wamkit.data.normalize import CONSTANT_RTOL, constant_channels
 from wamkit.errors import DataError
 
@@ -202,13 +202,14 @@ class _Doctor:
             if dim is not None and dim > e.max_action_dim:
                 self.error(f"{role}_dim_too_large", f"{where}[{key!r}]", f"{role} has {dim} channels but "
                            f"model.max_action_dim is {e.max_action_dim}", f"raise model.max_action_dim to at least {dim}")
-        cameras = sorted(k for k, f in self.features.items() if f.get("dtype") == "video")
+        cameras = sorted(k for k, f in self.features.items() if f.get("dtype") in CAMERA_DTYPES)
         if not cameras:
-            self.error("camera_missing", where, "the dataset has no video features", "a world-action model needs video")
+            self.error("camera_missing", where, "the dataset has no camera (video or image) features",
+                       "a world-action model needs video")
         for cam in e.camera_keys:
             if cam not in cameras:
-                self.error("camera_missing", f"{where}[{cam!r}]", f"the recipe's camera {cam!r} is not a video "
-                           f"feature (cameras: {cameras})", f"set data.camera_keys to a subset of {cameras}")
+                self.error("camera_missing", f"{where}[{cam!r}]", f"the recipe's camera {cam!r} is not a video or "
+                           f"image feature (cameras: {cameras})", f"set data.camera_keys to a subset of {cameras}")
         if self.info is not None and self.fps is not None and e.fps and abs(e.fps - self.fps) > 1e-6:
             self.error("fps_mismatch", f"{self.root}/meta/info.json: fps", f"is {self.fps} but the recipe says "
                        f"data.fps = {e.fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")

@@ -58,6 +58,10 @@ def build_run_data(cfg) -> RunData:
     dataset = open_dataset(cfg)
     if dataset.stats is None:
         raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
+    if cfg.data.use_state and cfg.data.state_key not in dataset.features:
+        raise DataError(f"{dataset.root}/meta/info.json: features", f"data.use_state is true but the dataset has no "
+                        f"state feature {cfg.data.state_key!r} (have {sorted(dataset.features)})",
+                        "--set data.use_state=false for a policy without state, or set data.state_key to the state feature")
     train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
