@@ -47,3 +47,25 @@ def train_tiny_run(tmp: Path, name: str = "tiny_run", extra=()) -> Path:
     }
     Trainer(load_experiment(DEMO_RECIPE, [f"{k}={v}" for k, v in overrides.items()] + list(extra))).train()
     return tmp / name
+
+
+CONSTANT_ACTION = (2, 0.3)  # (channel, value): the demo's grip, never used (0.3 is not exact in float32)
+CONSTANT_STATE = (3, -0.125)  # vy, a "fixed joint"
+
+
+def with_constant_channels(root: Path, action=CONSTANT_ACTION, state=CONSTANT_STATE) -> Path:
+    """Make one action and one state channel of a demo dataset constant in every frame and recompute
+    meta/stats.json (min == max there, as LeRobot's own writer records such channels)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wamkit.data.stats import write_stats
+
+    for path in sorted((root / "data").glob("**/*.parquet")):
+        table = pq.read_table(path)
+        cols = table.to_pydict()
+        for key, (c, v) in (("action", action), ("observation.state", state)):
+            cols[key] = [row[:c] + [v] + row[c + 1:] for row in cols[key]]
+        pq.write_table(pa.Table.from_pydict(cols, schema=table.schema), path)
+    write_stats(root, overwrite=True)
+    return root

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import numpy as np
 import pytest
 import torch
@@ -72,9 +73,10 @@ def _bad(**fields):
 
 
 def test_zero_range_names_field_and_channel():
+    """max below min, or a zero q01..q99 / std on a channel whose min..max varies: stats that cannot be true."""
     with pytest.raises(DataError, match=r'stats\["action"\]\["max"\]\[1\].*zero range') as err:
-        Normalizer.from_stats(_bad(max=[2.0, 0.0]), "action", "minmax")
-    assert "meta/stats.json" in str(err.value) and "constant channel" in err.value.fix
+        Normalizer.from_stats(_bad(max=[2.0, -1.0]), "action", "minmax")
+    assert "meta/stats.json" in str(err.value) and "min == max" in err.value.fix
     with pytest.raises(DataError, match=r'\["q99"\]\[0\]'):
         Normalizer.from_stats(_bad(q99=[-1.0, 9.0]), "action", "quantile")
     with pytest.raises(DataError, match=r'\["std"\]\[1\].*std is 0.0'):
@@ -138,3 +140,47 @@ def test_asinh_rejects_bad_scale():
         Normalizer.from_stats({"action": {"asinh_scale": [1.0, 0.0]}}, "action", "asinh")
     with pytest.raises(DataError, match="asinh_scale' or 'std'"):
         Normalizer.from_stats({"action": {"min": [0.0], "max": [1.0]}}, "action", "asinh")
+
+
+# ---- constant channels -----------------------------------------------------------------------------
+CONST = {"action": {"min": [-2.0, 0.7], "max": [2.0, 0.7], "q01": [-1.0, 0.7], "q99": [1.0, 0.7],
+                    "mean": [0.5, 0.7], "std": [2.0, 0.0], "count": [100]}}
+
+
+@pytest.mark.parametrize("mode", [m for m in NORMALIZATION_MODES if m != "none"])
+def test_constant_channel_maps_to_zero_and_back_exactly(mode):
+    """min == max: 0 in every mode, and exactly the constant back (also from a JSON'd state_dict, and
+    whatever the model predicts there), in numpy and torch."""
+    norm = Normalizer.from_stats(CONST, "action", mode)
+    assert norm.constant == {1: 0.7}
+    x = np.array([[0.3, 0.7], [-0.9, 0.7]], dtype=np.float32)
+    y = norm.normalize(x)
+    assert np.all(y[:, 1] == 0.0) and np.all(np.isfinite(y))
+    np.testing.assert_allclose(norm.denormalize(y)[:, 0], x[:, 0], rtol=1e-6)
+    assert np.all(norm.denormalize(y)[:, 1] == np.float32(0.7))
+    again = Normalizer.from_state_dict(json.loads(json.dumps(norm.state_dict())))
+    noisy = torch.tensor(y, dtype=torch.float64) + 0.37
+    assert torch.all(again.denormalize(noisy)[:, 1] == 0.7)
+    assert torch.all(again.normalize(torch.tensor(x))[:, 1] == 0.0)
+
+
+def test_old_state_dict_without_constant_key_loads():
+    state = Normalizer.from_stats(STATS, "action", "minmax").state_dict()
+    del state["constant"]
+    again = Normalizer.from_state_dict(state)
+    assert again.constant == {} and again.normalize(np.array([2.0, 10.0])).tolist() == [1.0, 1.0]
+
+
+def test_check_constant_rejects_data_that_varies():
+    norm = Normalizer.from_stats(CONST, "action", "minmax")
+    norm.check_constant(np.array([[0.1, 0.7], [5.0, 0.7]]), "ep 0")  # the other channel may vary freely
+    with pytest.raises(DataError, match=r'stats\["action"\]\["max"\]\[1\].*constant \(0.7\).*ep 3.*0.7 to 0.9'):
+        norm.check_constant(np.array([[0.1, 0.7], [0.2, 0.9]]), "ep 3")
+
+
+def test_quantile_zero_range_with_varying_min_max_stays_an_error():
+    stats = {"action": {**CONST["action"], "max": [2.0, 0.9]}}  # q01 == q99 but the channel varies
+    with pytest.raises(DataError, match=r'\["q99"\]\[1\].*zero range'):
+        Normalizer.from_stats(stats, "action", "quantile")
+    with pytest.raises(DataError, match=r'\["std"\]\[1\]'):
+        Normalizer.from_stats(stats, "action", "meanstd")

@@ -74,7 +74,7 @@ def test_chunk_longer_than_every_episode(demo_ds, demo_truth):
 
 
 def test_bad_keys_and_episodes(demo_ds):
-    with pytest.raises(DataError, match="'observation.images.wrist'.*not a video feature"):
+    with pytest.raises(DataError, match=r"'observation.images.wrist'.*not a camera \(video or image\) feature"):
         WindowDataset(demo_ds, [0], T, camera_keys=["observation.images.wrist"])
     with pytest.raises(DataError, match=r"info.json: features.*'observation.joints' is missing"):
         WindowDataset(demo_ds, [0], T, state_key="observation.joints")

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from wamkit.config.schema import ExperimentConfig
-from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, write_demo_dataset
+from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
+                         write_demo_dataset)
 from wamkit.data.doctor import DatasetExpectation, DoctorReport, diagnose, doctor_main
 from wamkit.data.synth import CAMERA_KEY
 from wamkit.data.video import close_all
@@ -247,6 +248,7 @@ def read_all_windows(root: Path, expect: DatasetExpectation) -> int:
     source = f"{ds.root}/meta/stats.json"
     action_norm = Normalizer.from_stats(ds.stats, expect.action_key, expect.normalization, source)
     state_norm = Normalizer.from_stats(ds.stats, expect.state_key, expect.normalization, source)
+    check_constant_channels(ds, [action_norm, state_norm])
     transform = SampleTransform(action_norm, state_norm, expect.max_action_dim, True, 0)
     windows = WindowDataset(ds, ds.episode_indices, expect.chunk_length, expect.camera_keys or None,
                             expect.state_key, expect.action_key, stride=8)

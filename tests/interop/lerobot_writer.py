@@ -1,14 +1,19 @@
 """Run INSIDE the LeRobot venv (.cache/lerobot-venv, `lerobot-dataset==0.4.4`), not wamkit's.
 
-    python lerobot_writer.py write OUT_ROOT --episodes 6 --length 24 --height 64 --width 96
+    python lerobot_writer.py write OUT_ROOT --episodes 6 --length 24 --height 64 --width 96 [layout flags]
     python lerobot_writer.py read OUT_ROOT WINDOWS_JSON DUMP_DIR --chunk 8
     python lerobot_writer.py bench OUT_ROOT --chunk 8 --workers 2 --num 64
 
 `write` builds a LeRobot v3.0 dataset with LeRobot's own writer (LeRobotDataset.create / add_frame /
 save_episode / finalize): two cameras, tiny data/video file-size limits so episodes spread over several
-files, AV1 (libsvtav1, LeRobot's default). `read` dumps LeRobot's own reading of windows
+files, AV1 (libsvtav1, LeRobot's default). Layout flags vary what LeRobot lets a user record: --vcodec
+h264|hevc, --images (frames as PNG inside the parquet files), --chunks-size (several chunk dirs),
+--sizes HxW,HxW (cameras of different sizes), --dtype float64, --state-dim 0 (no observation.state) or 1
+and --action-dim 1 (shape [1] scalar columns), --extra (unused features), --task-switch (an episode
+whose task changes halfway). `read` dumps LeRobot's own reading of windows
 [(episode, start), ...] with delta_timestamps (state, action and each camera as .npy; pixels as
-uint8). `bench` prints windows/s of LeRobotDataset through a torch DataLoader as JSON.
+uint8; --tolerance-s relaxes LeRobot's frame-time check, for a file whose pixels are checked otherwise).
+`bench` prints windows/s of LeRobotDataset through a torch DataLoader as JSON.
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ for _op in ("nms", "qnms"):
     except RuntimeError:
         pass
 
-from ledataset.datasets.lerobot_dataset import LeRobotDataset  # noqa: E402
+from ledataset.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata  # noqa: E402
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 FPS = 10
-TASKS = ("pick the cube", "open the drawer")
+TASKS = ("pick the cube", "open the drawer", "stack the blocks")
 
 
 def frame(cam: int, ep: int, t: int, h: int, w: int) -> np.ndarray:
@@ -49,36 +54,64 @@ def frame(cam: int, ep: int, t: int, h: int, w: int) -> np.ndarray:
     return np.clip(np.round(img), 0, 255).astype(np.uint8)
 
 
+def vector(name: str, dim: int, dtype: str) -> dict:
+    return {"dtype": dtype, "shape": (dim,), "names": [f"{name}{i}" for i in range(dim)]}
+
+
+def layout_features(args) -> dict:
+    """The features of one layout: cameras (video or image, per-camera sizes), state, action, extras."""
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")] if args.sizes else \
+        [(args.height, args.width)] * len(CAMERAS)
+    kind = "image" if args.images else "video"
+    features = {cam: {"dtype": kind, "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+                for cam, (h, w) in zip(CAMERAS, sizes)}
+    if args.state_dim:
+        features["observation.state"] = vector("s", args.state_dim, args.dtype)
+    features["action"] = vector("a", args.action_dim, args.dtype)
+    if args.extra:  # recorded, never used by wamkit
+        features["observation.velocity"] = vector("v", 2, "float32")
+        features["next.reward"] = {"dtype": "float32", "shape": (1,), "names": None}
+        features["observation.index_hint"] = {"dtype": "int64", "shape": (1,), "names": None}
+    return features
+
+
+def episode_frame(args, features: dict, rng, ep: int, t: int, length: int) -> dict:
+    row = {"task": TASKS[ep % len(TASKS)]}
+    if args.task_switch and ep % 2 and t >= length // 2:
+        row["task"] = "put it back"
+    for key, ft in features.items():
+        if ft["dtype"] in ("video", "image"):
+            row[key] = frame(CAMERAS.index(key), ep, t, ft["shape"][0], ft["shape"][1])
+        elif ft["dtype"] == "int64":
+            row[key] = np.array([t], dtype=np.int64)
+        else:
+            row[key] = rng.standard_normal(ft["shape"]).astype(ft["dtype"])
+    return row
+
+
 def write(args) -> None:
-    h, w = args.height, args.width
-    features = {cam: {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
-                for cam in CAMERAS}
-    features["observation.state"] = {"dtype": "float32", "shape": (4,), "names": ["a", "b", "c", "d"]}
-    features["action"] = {"dtype": "float32", "shape": (3,), "names": ["x", "y", "g"]}
+    features = layout_features(args)
     ds = LeRobotDataset.create(repo_id="wamkit/interop", fps=FPS, features=features, root=args.out_root,
-                               robot_type="synthetic", use_videos=True)
-    # tiny limits: episodes spread over several data parquet and mp4 files
-    ds.meta.update_chunk_settings(data_files_size_in_mb=args.data_mb, video_files_size_in_mb=args.video_mb)
+                               robot_type="synthetic", use_videos=not args.images, vcodec=args.vcodec)
+    # tiny limits: episodes spread over several data parquet and mp4 files (and chunk dirs)
+    ds.meta.update_chunk_settings(data_files_size_in_mb=args.data_mb, video_files_size_in_mb=args.video_mb,
+                                  **({"chunks_size": args.chunks_size} if args.chunks_size else {}))
     rng = np.random.default_rng(0)
     for ep in range(args.episodes):
         length = args.length + 3 * ep
         for t in range(length):
-            ds.add_frame({
-                "observation.state": rng.standard_normal(4).astype(np.float32),
-                "action": rng.standard_normal(3).astype(np.float32),
-                **{cam: frame(i, ep, t, h, w) for i, cam in enumerate(CAMERAS)},
-                "task": TASKS[ep % 2],
-            })
+            ds.add_frame(episode_frame(args, features, rng, ep, t, length))
         ds.save_episode()
     ds.finalize()
     print(json.dumps({"root": str(args.out_root), "episodes": args.episodes}))
 
 
-def _open(root: Path, chunk: int) -> LeRobotDataset:
-    delta = {"observation.state": [k / FPS for k in range(chunk + 1)],
-             "action": [k / FPS for k in range(chunk)],
-             **{cam: [k / FPS for k in range(chunk + 1)] for cam in CAMERAS}}
-    return LeRobotDataset("wamkit/interop", root=root, delta_timestamps=delta)
+def _open(root: Path, chunk: int, tolerance_s: float = 1e-4) -> LeRobotDataset:
+    meta = LeRobotDatasetMetadata("wamkit/interop", root=root)
+    frames = [k / FPS for k in range(chunk + 1)]
+    delta = {"action": frames[:-1], **{cam: frames for cam in meta.camera_keys},
+             **({"observation.state": frames} if "observation.state" in meta.features else {})}
+    return LeRobotDataset("wamkit/interop", root=root, delta_timestamps=delta, tolerance_s=tolerance_s)
 
 
 def _global_index(ds: LeRobotDataset, ep: int, start: int) -> int:
@@ -86,7 +119,7 @@ def _global_index(ds: LeRobotDataset, ep: int, start: int) -> int:
 
 
 def read(args) -> None:
-    ds = _open(Path(args.out_root), args.chunk)
+    ds = _open(Path(args.out_root), args.chunk, args.tolerance_s)
     out = Path(args.dump_dir)
     out.mkdir(parents=True, exist_ok=True)
     windows = json.loads(Path(args.windows_json).read_text())
@@ -94,9 +127,10 @@ def read(args) -> None:
         item = ds[_global_index(ds, ep, start)]
         assert int(item["episode_index"]) == ep, (item["episode_index"], ep)
         for key in ("observation.state", "action"):
-            assert not bool(item[f"{key}_is_pad"].any()), (ep, start, key)
-            np.save(out / f"{n}_{key}.npy", item[key].numpy())
-        for cam in CAMERAS:
+            if key in ds.meta.features:
+                assert not bool(item[f"{key}_is_pad"].any()), (ep, start, key)
+                np.save(out / f"{n}_{key}.npy", item[key].numpy())
+        for cam in ds.meta.camera_keys:
             pixels = (item[cam] * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)  # [T+1,H,W,3]
             np.save(out / f"{n}_{cam}.npy", pixels.numpy())
         (out / f"{n}_task.txt").write_text(item["task"])
@@ -130,11 +164,21 @@ def main(argv=None) -> None:
     w.add_argument("--width", type=int, default=96)
     w.add_argument("--data-mb", type=float, default=0.002)
     w.add_argument("--video-mb", type=float, default=0.02)
+    w.add_argument("--vcodec", default="libsvtav1", choices=["libsvtav1", "h264", "hevc"])
+    w.add_argument("--images", action="store_true")
+    w.add_argument("--chunks-size", type=int, default=0)
+    w.add_argument("--sizes", default="")
+    w.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    w.add_argument("--state-dim", type=int, default=4)
+    w.add_argument("--action-dim", type=int, default=3)
+    w.add_argument("--extra", action="store_true")
+    w.add_argument("--task-switch", action="store_true")
     r = sub.add_parser("read")
     r.add_argument("out_root")
     r.add_argument("windows_json")
     r.add_argument("dump_dir")
     r.add_argument("--chunk", type=int, default=8)
+    r.add_argument("--tolerance-s", type=float, default=1e-4)  # LeRobot's default
     b = sub.add_parser("bench")
     b.add_argument("out_root")
     b.add_argument("--chunk", type=int, default=8)

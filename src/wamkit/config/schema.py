@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wamkit.config.lerobot_home import check_repo_id
 from wamkit.errors import ConfigError
 
 PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
@@ -39,7 +40,8 @@ class JobConfig:
 class DataConfig:
     """Where the LeRobot v3.0 dataset is and how windows are cut from it."""
 
-    path: str = ""  # dataset root; ${VAR} is expanded
+    path: str = ""  # dataset root; ${VAR} is expanded. With repo_id set it plays LeRobot's `root`: it wins
+    repo_id: str = ""  # "org/name" with path = "": LeRobot's local copy ($HF_LEROBOT_HOME), offline (config.lerobot_home)
     generate_demo: bool = False  # write the embedded demo dataset to `path` when it is missing
     camera_keys: list[str] = field(default_factory=list)  # [] -> every video feature
     state_key: str = "observation.state"
@@ -70,6 +72,11 @@ class DataConfig:
     latent_cache: str = ""  # a directory from `wamkit data cache-latents`: train on its latents, skip video + VAE
 
     def resolved_path(self) -> Path:
+        """data.path when set (LeRobot's `root`), else the local copy of data.repo_id LeRobot downloaded."""
+        if not self.path and self.repo_id:
+            from wamkit.config.lerobot_home import resolve_repo_id
+
+            return resolve_repo_id(self.repo_id)
         return Path(expand_env(self.path, "data.path")).expanduser()
 
 
@@ -331,8 +338,11 @@ class ExperimentConfig:
                 "model.vae_path", f"is empty{_from_env(raw, 'model.vae_path')} while model.tokenizer = 'wan2.2'",
                 _empty_fix(raw, "model.vae_path") + "; or --set model.tokenizer=pixel for the parameter-free tokenizer (tiny models)",
             )
-        if not self.data.path:
-            raise ConfigError("data.path", f"is empty{_from_env(raw, 'data.path')}", _empty_fix(raw, "data.path"))
+        if self.data.repo_id:
+            check_repo_id(self.data.repo_id)
+        elif not self.data.path:
+            raise ConfigError("data.path", f"is empty{_from_env(raw, 'data.path')}", _empty_fix(raw, "data.path") +
+                              "; or --set data.repo_id=<org>/<name> for a dataset LeRobot downloaded")
         return self
 
     def _resolve_env(self) -> dict[str, str]:

@@ -7,7 +7,7 @@ from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.modality import ModalitySelector
 from wamkit.data.multi import MultiDataset, open_lerobot
 from wamkit.data.order import EpisodeShuffleOrder
-from wamkit.data.normalize import NORMALIZATION_MODES, Normalizer
+from wamkit.data.normalize import NORMALIZATION_MODES, Normalizer, check_constant_channels
 from wamkit.data.sample import SampleTransform, TrainingSample
 from wamkit.data.selection import KeepRanges, NoWindowsKept, trajectory_keys
 from wamkit.data.split import split_episodes
@@ -41,6 +41,7 @@ __all__ = [
     "LeRobotV3Dataset",
     "NORMALIZATION_MODES",
     "Normalizer",
+    "check_constant_channels",
     "SampleTransform",
     "SynthEpisode",
     "TrainingSample",

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from wamkit.data.lerobot_v3 import CAMERA_DTYPES, check_version
+from wamkit.data.normalize import CONSTANT_RTOL, constant_channels
 from wamkit.errors import DataError
 
 # fields each normalization mode reads from stats.json (asinh: asinh_scale or std)
@@ -27,6 +29,7 @@ EPISODE_REQUIRED = ("episode_index", "length", "data/chunk_index", "data/file_in
 VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 TIMESTAMP_WARN_S = 1e-4  # LeRobot's own tolerance
 TIMESTAMP_ERROR_PERIODS = 0.1  # error when off by more than this fraction of a frame period
+STATS_RANGE_RTOL = 1e-5  # data outside stats [min, max] by more than this x max(1, |bound|) is not rounding
 
 
 @dataclass
@@ -103,6 +106,9 @@ class _Doctor:
         self.tasks: set[int] | None = None
         self.episodes: dict[int, dict[str, Any]] = {}
         self.episode_source: dict[int, str] = {}
+        self.stat_bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # stats.json min/max per normalized key
+        self.stat_constants: dict[str, dict[int, float]] = {}  # channels the stats record as constant
+        self.data_bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the parquets' finite min/max
 
     # ---- helpers ---------------------------------------------------------------------------------
     def add(self, severity: str, code: str, where: Any, problem: str, fix: str = "") -> None:
@@ -141,13 +147,14 @@ class _Doctor:
             self.error("info_invalid_json", path, f"top level is {type(info).__name__}, not an object",
                        "regenerate meta/info.json")
             return False
+        try:
+            check_version(path, info)
+        except DataError as exc:  # a v2.x layout: every other check would only repeat it
+            self.error("info_bad_version", exc.where, exc.problem, exc.fix)
+            return False
         missing = [k for k in INFO_REQUIRED if k not in info]
         if missing:
             self.error("info_missing_keys", path, f"missing keys {missing}", "regenerate meta/info.json (LeRobot v3.0)")
-        version = str(info.get("codebase_version", ""))
-        if "codebase_version" in info and not version.startswith("v3."):
-            self.error("info_bad_version", f"{path}: codebase_version", f"is {version!r}, expected v3.x",
-                       "convert the dataset to LeRobot v3.0 (lerobot's convert_dataset_v21_to_v30)")
         fps = info.get("fps")
         if "fps" in info:
             if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
@@ -195,13 +202,14 @@ class _Doctor:
             if dim is not None and dim > e.max_action_dim:
                 self.error(f"{role}_dim_too_large", f"{where}[{key!r}]", f"{role} has {dim} channels but "
                            f"model.max_action_dim is {e.max_action_dim}", f"raise model.max_action_dim to at least {dim}")
-        cameras = sorted(k for k, f in self.features.items() if f.get("dtype") == "video")
+        cameras = sorted(k for k, f in self.features.items() if f.get("dtype") in CAMERA_DTYPES)
         if not cameras:
-            self.error("camera_missing", where, "the dataset has no video features", "a world-action model needs video")
+            self.error("camera_missing", where, "the dataset has no camera (video or image) features",
+                       "a world-action model needs video")
         for cam in e.camera_keys:
             if cam not in cameras:
-                self.error("camera_missing", f"{where}[{cam!r}]", f"the recipe's camera {cam!r} is not a video "
-                           f"feature (cameras: {cameras})", f"set data.camera_keys to a subset of {cameras}")
+                self.error("camera_missing", f"{where}[{cam!r}]", f"the recipe's camera {cam!r} is not a video or "
+                           f"image feature (cameras: {cameras})", f"set data.camera_keys to a subset of {cameras}")
         if self.info is not None and self.fps is not None and e.fps and abs(e.fps - self.fps) > 1e-6:
             self.error("fps_mismatch", f"{self.root}/meta/info.json: fps", f"is {self.fps} but the recipe says "
                        f"data.fps = {e.fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")
@@ -268,27 +276,80 @@ class _Doctor:
                                f"{dim}", "recompute meta/stats.json for this dataset")
                     continue
                 values[name] = v
+            self._read_bounds(key, fields)
             self._check_range(path, key, mode, values)
 
+    def _read_bounds(self, key: str, fields: dict) -> None:
+        """Remember min/max (compared with the data later) and the channels the stats call constant."""
+        try:
+            bounds = {n: np.asarray(fields[n], dtype=np.float64).reshape(-1) for n in ("min", "max") if n in fields}
+            constant = constant_channels(fields)
+        except (TypeError, ValueError):
+            return  # reported by the field checks when the mode needs them
+        dim = self.feature_dim(key)
+        self.stat_constants[key] = {c: v for c, v in constant.items() if dim is None or c < dim}
+        if len(bounds) == 2 and all(b.size == dim and np.isfinite(b).all() for b in bounds.values()):
+            self.stat_bounds[key] = (bounds["min"], bounds["max"])
+
     def _check_range(self, path: Path, key: str, mode: str, v: dict[str, np.ndarray]) -> None:
+        """Zero or negative ranges, except on channels the stats record as constant (see check_stats_vs_data)."""
+        constant = list(self.stat_constants.get(key, {}))
         if mode in ("minmax", "quantile"):
             lo, hi = MODE_FIELDS[mode]
             if lo in v and hi in v and v[lo].shape == v[hi].shape:
-                bad = np.flatnonzero(~(v[hi] > v[lo]))
+                ok = v[hi] > v[lo]
+                ok[[c for c in constant if c < ok.size]] = True
+                bad = np.flatnonzero(~ok)
                 if bad.size:
                     c = int(bad[0])
                     self.error("stats_zero_range", f'{path}: stats["{key}"]["{hi}"][{c}]', f"{hi} ({v[hi][c]}) <= "
-                               f"{lo} ({v[lo][c]}) at channel {c}: zero range divides by zero",
-                               "recompute stats over more data, drop the constant channel, or use 'meanstd'")
+                               f"{lo} ({v[lo][c]}) at channel {c}: zero range divides by zero, and min/max say "
+                               "the channel is not constant", "recompute meta/stats.json, or use 'minmax' or "
+                               "'meanstd' for this feature")
         else:
             for name in ("std", "asinh_scale"):
                 if name in v:
-                    bad = np.flatnonzero(~(v[name] > 0))
+                    ok = v[name] > 0
+                    ok[[c for c in constant if c < ok.size]] = True
+                    bad = np.flatnonzero(~ok)
                     if bad.size:
                         c = int(bad[0])
                         self.error("stats_zero_range", f'{path}: stats["{key}"]["{name}"][{c}]', f"{name} is "
                                    f"{v[name][c]} at channel {c} (zero or negative)",
-                                   "recompute stats over more data or drop the constant channel")
+                                   "recompute meta/stats.json (a constant channel needs min == max)")
+
+    def check_stats_vs_data(self) -> None:
+        """Stats against the parquets: data outside [min, max] and a 'constant' channel that varies are
+        errors; a channel constant in both is a warning naming its value (it trains and serves fine)."""
+        path = self.root / "meta" / "stats.json"
+        for key, constant in self.stat_constants.items():
+            data = self.data_bounds.get(key)
+            if data is not None and any(c >= data[0].size for c in constant):
+                continue  # a width mismatch, reported on its own
+            for c, value in sorted(constant.items()):
+                where = f'{path}: stats["{key}"]["max"][{c}]'
+                if data is not None and max(data[1][c] - value, value - data[0][c]) > \
+                        CONSTANT_RTOL * max(1.0, abs(value)):
+                    self.error("stats_zero_range", where, f"min == max == {value} says channel {c} of {key!r} is "
+                               f"constant, but the data varies from {data[0][c]} to {data[1][c]} there",
+                               "recompute meta/stats.json (`wamkit data stats PATH --overwrite`)")
+                elif data is not None:
+                    self.warn("constant_channel", f'{path}: stats["{key}"] channel {c}', f"channel {c} of {key!r} "
+                              f"is constant at {value} in every frame (an unused gripper or a fixed joint?)",
+                              f"nothing to fix: it is normalized to 0 and unnormalized back to exactly {value}; drop it "
+                              "from the feature if the robot never moves it")
+        for key, (lo, hi) in self.stat_bounds.items():
+            data = self.data_bounds.get(key)
+            if data is None or data[0].shape != lo.shape:
+                continue
+            tol = STATS_RANGE_RTOL * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+            outside = np.flatnonzero((data[0] < lo - tol) | (data[1] > hi + tol))
+            if outside.size:
+                c = int(outside[0])
+                self.error("stats_data_mismatch", f'{path}: stats["{key}"]["min"/"max"][{c}]', f"the data of "
+                           f"{key!r} spans [{data[0][c]}, {data[1][c]}] at channel {c}, outside the stats' "
+                           f"[{lo[c]}, {hi[c]}] ({outside.size} channel(s) outside)",
+                           "recompute meta/stats.json for this data (`wamkit data stats PATH --overwrite`)")
 
     # ---- tasks ----------------------------------------------------------------------------------
     def check_tasks(self) -> None:
@@ -486,12 +547,23 @@ class _Doctor:
                 if dim is not None and x.shape[1] != dim and len(rows):
                     self.error("data_dim_mismatch", f"{path}[{key!r}]", f"rows have {x.shape[1]} values but info.json "
                                f"says {dim}", "fix meta/info.json features or re-export the data")
+                elif len(rows):
+                    self._note_bounds(key, x)
             if "task_index" in cols and self.tasks is not None and len(rows):
                 unknown_t = sorted(set(np.unique(cols["task_index"][rows]).tolist()) - self.tasks)
                 if unknown_t:
                     self.error("task_index_unknown", f"{path}: task_index (episode {ep})", f"task_index values "
                                f"{unknown_t} are not in meta/tasks.parquet (has {sorted(self.tasks)})",
                                "add the tasks to meta/tasks.parquet or fix task_index")
+
+    def _note_bounds(self, key: str, x: np.ndarray) -> None:
+        """Running per-channel min/max of the finite values (NaN/inf are reported on their own)."""
+        finite = np.isfinite(x)
+        lo, hi = np.where(finite, x, np.inf).min(0), np.where(finite, x, -np.inf).max(0)
+        have = self.data_bounds.get(key)
+        if have is not None and have[0].shape == lo.shape:
+            lo, hi = np.minimum(have[0], lo), np.maximum(have[1], hi)
+        self.data_bounds[key] = (lo, hi)
 
     # ---- videos ---------------------------------------------------------------------------------
     def check_videos(self) -> None:
@@ -593,6 +665,7 @@ class _Doctor:
         self.guarded("episodes", self.check_episodes)
         self.guarded("lengths", self.check_lengths)
         self.guarded("data", self.check_data)
+        self.guarded("stats against data", self.check_stats_vs_data)
         self.guarded("videos", self.check_videos)
         return self.report
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from wamkit.data.video import decode_at_times
+from wamkit.config.lerobot_home import hf_lerobot_home
+from wamkit.data.video import decode_at_times, decode_images
 from wamkit.errors import DataError
 
 EPISODE_COLUMNS = (
@@ -32,6 +33,7 @@ EPISODE_COLUMNS = (
     "dataset_to_index",
 )
 VIDEO_EPISODE_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+CAMERA_DTYPES = ("video", "image")  # image: frames embedded in the data parquet (LeRobot's use_videos=False)
 INFO_KEYS = ("codebase_version", "fps", "features", "data_path")
 _MAX_CACHED_FILES = 8
 
@@ -68,6 +70,53 @@ def column_to_numpy(table: pa.Table, name: str, where: str) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
+def image_bytes(table: pa.Table, name: str, where: str) -> np.ndarray:
+    """The encoded frames of an `image` feature: LeRobot embeds each frame as struct<bytes, path>."""
+    if name not in table.column_names:
+        raise DataError(where, f"column {name!r} is missing (have {table.column_names})",
+                        "re-export the dataset with this feature")
+    arr = table.column(name).combine_chunks()
+    if not pa.types.is_struct(arr.type) or arr.type.get_field_index("bytes") < 0:
+        raise DataError(f"{where}[{name!r}]", f"is {arr.type}, not LeRobot's struct<bytes, path> image column",
+                        "re-export the dataset with LeRobot (features[...]['dtype'] = 'image')")
+    data = arr.field("bytes")
+    if data.null_count:
+        raise DataError(f"{where}[{name!r}]", f"{data.null_count} frames hold only a path, not their bytes",
+                        "embed the images: re-save the dataset with LeRobot (finalize() embeds them)")
+    return data.to_numpy(zero_copy_only=False)
+
+
+CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30"  # LeRobot >= 0.4
+
+
+def convert_fix(root: Path, version: str) -> str:
+    """How to turn an older LeRobot dataset into v3.0: LeRobot's own converter, which converts
+    `<--root>/<--repo-id>` in place (keeping the original as `<name>_old`); --push-to-hub=false, or it
+    would push the result to the hub. Inside LeRobot's cache the repo id is the path below it."""
+    root = Path(root).resolve()
+    try:
+        repo_id = root.relative_to(hf_lerobot_home().resolve()).as_posix()
+    except ValueError:
+        repo_id = root.name
+    parent = Path(str(root)[: -len(repo_id)].rstrip("/") or "/")
+    older = "" if version == "v2.1" else " (the converter reads v2.1: bring older datasets to v2.1 first)"
+    return (f"convert it to LeRobot v3.0 in place with LeRobot 0.4+: `{CONVERTER} --repo-id={repo_id} "
+            f"--root={parent} --push-to-hub=false` (the original is kept as {root.name}_old){older}")
+
+
+def check_version(path: Path, info: dict[str, Any]) -> None:
+    """A v2.x (or older) dataset is refused before anything else: its layout (episodes.jsonl, one parquet
+    per episode) is not v3.0's, so every later error would mislead."""
+    root = path.parent.parent
+    version = str(info.get("codebase_version", ""))
+    if "codebase_version" in info and not version.startswith("v3."):
+        raise DataError(f"{path}: codebase_version", f"is {version!r}: a LeRobot {version} dataset; wamkit reads "
+                        "v3.x", convert_fix(root, version))
+    if "codebase_version" not in info and (root / "meta" / "episodes.jsonl").is_file():
+        raise DataError(f"{path}: codebase_version", "is missing and meta/episodes.jsonl exists: a LeRobot v2.x "
+                        "layout; wamkit reads v3.x", convert_fix(root, "v2.x"))
+
+
 def load_info(root: Path) -> dict[str, Any]:
     """Load and check meta/info.json: it is the contract for every other file."""
     path = root / "meta" / "info.json"
@@ -78,13 +127,12 @@ def load_info(root: Path) -> dict[str, Any]:
         info = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(str(path), f"invalid JSON: {exc}", "fix or regenerate meta/info.json") from exc
+    if not isinstance(info, dict):
+        raise DataError(str(path), f"top level is {type(info).__name__}, not an object", "regenerate meta/info.json")
+    check_version(path, info)
     missing = [k for k in INFO_KEYS if k not in info]
     if missing:
         raise DataError(str(path), f"missing keys {missing}", "regenerate meta/info.json with LeRobot v3.0")
-    version = str(info["codebase_version"])
-    if not version.startswith("v3."):
-        raise DataError(f"{path}: codebase_version", f"is {version!r}, expected v3.x",
-                        "convert the dataset to LeRobot v3.0 (lerobot's convert_dataset_v21_to_v30)")
     for key, feat in info["features"].items():
         if not isinstance(feat, dict) or "dtype" not in feat or "shape" not in feat:
             raise DataError(f"{path}: features[{key!r}]", "needs 'dtype' and 'shape'", "regenerate meta/info.json")
@@ -165,10 +213,11 @@ class LeRobotV3Dataset:
             raise DataError(f"{self.root}/meta/info.json: fps", f"is {self.fps} but the recipe says data.fps = "
                             f"{expected_fps}", "set data.fps to the dataset's fps (or 0 to take it from the dataset)")
         self.features: dict[str, dict[str, Any]] = self.info["features"]
-        self.camera_keys = sorted(k for k, f in self.features.items() if f["dtype"] == "video")
+        self.camera_keys = sorted(k for k, f in self.features.items() if f["dtype"] in CAMERA_DTYPES)
+        self.video_keys = [k for k in self.camera_keys if self.features[k]["dtype"] == "video"]
         self.stats = load_stats(self.root)
         self.tasks = load_tasks(self.root)
-        self._episodes = load_episodes(self.root, self.camera_keys)
+        self._episodes = load_episodes(self.root, self.video_keys)
         self.episode_indices = sorted(self._episodes)
         self._files: OrderedDict[Path, dict[str, Any]] = OrderedDict()
 
@@ -194,6 +243,20 @@ class LeRobotV3Dataset:
         if not tasks:
             raise DataError(f"{self.root}/meta/episodes: tasks[{ep}]", "episode has no task", "annotate a task")
         return str(tasks[0])
+
+    def frame_task(self, ep: int, frame: int) -> str:
+        """The task of one frame, from its task_index (as LeRobot gives each item its frame's task): an
+        episode's task may change mid-episode, and meta/episodes 'tasks' lists them unordered."""
+        if len(self._episode(ep)["tasks"]) == 1:  # one task: no need to read the column
+            return self.episode_task(ep)
+        path = self._data_path(ep)
+        cached = self._file_columns(path, ["task_index"])
+        index = int(cached["cols"]["task_index"][self._episode_rows(path, cached, ep)[frame]])
+        if index not in self.tasks:
+            raise DataError(f"{path}: task_index (episode {ep}, frame {frame})", f"is {index}, which "
+                            f"meta/tasks.parquet does not list (it has {sorted(self.tasks)})",
+                            "regenerate meta/tasks.parquet or fix the task_index column")
+        return str(self.tasks[index])
 
     def _feature(self, key: str) -> dict[str, Any]:
         if key not in self.features:
@@ -227,7 +290,8 @@ class LeRobotV3Dataset:
             cached = cached or {"cols": {}, "rows": {}}
             for key in ("episode_index", "frame_index", *keys):
                 if key not in cached["cols"]:
-                    cached["cols"][key] = column_to_numpy(table, key, str(path))
+                    image = self.features.get(key, {}).get("dtype") == "image"
+                    cached["cols"][key] = (image_bytes if image else column_to_numpy)(table, key, str(path))
             self._files[path] = cached
         self._files.move_to_end(path)
         while len(self._files) > _MAX_CACHED_FILES:
@@ -258,9 +322,9 @@ class LeRobotV3Dataset:
     def episode_columns(self, ep: int, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """All rows of episode `ep` for `keys`, ordered by frame_index; shape [L] or [L, D]."""
         for key in keys:
-            if self._feature(key)["dtype"] == "video":
-                raise DataError(f"features[{key!r}]", "is a video feature, not a parquet column",
-                                "use decode_frames for cameras")
+            if self._feature(key)["dtype"] in CAMERA_DTYPES:
+                raise DataError(f"features[{key!r}]", f"is a camera ({self._feature(key)['dtype']}) feature, not a "
+                                "vector column", "use decode_frames for cameras")
         path = self._data_path(ep)
         cached = self._file_columns(path, keys)
         rows = self._episode_rows(path, cached, ep)
@@ -292,10 +356,11 @@ class LeRobotV3Dataset:
 
     def decode_frames(self, ep: int, camera_key: str, frame_indices: Sequence[int],
                       out: np.ndarray | None = None) -> np.ndarray:
-        """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp;
-        written into `out` (uint8 [n, H, W, 3], any strides) and returned when given."""
-        if self._feature(camera_key)["dtype"] != "video":
-            raise DataError(f"features[{camera_key!r}]", "is not a video feature", f"use one of {self.camera_keys}")
+        """RGB frames [n, H, W, 3] uint8 of episode `ep`, located at from_timestamp + frame timestamp in the
+        mp4 (or, for an image feature, the rows' embedded images); written into `out` (uint8 [n, H, W, 3],
+        any strides) and returned when given."""
+        if self._feature(camera_key)["dtype"] not in CAMERA_DTYPES:
+            raise DataError(f"features[{camera_key!r}]", "is not a camera feature", f"use one of {self.camera_keys}")
         frame_indices = np.asarray(frame_indices, dtype=np.int64)
         length = self.episode_length(ep)
         if frame_indices.size and (frame_indices.min() < 0 or frame_indices.max() >= length):
@@ -304,6 +369,8 @@ class LeRobotV3Dataset:
         if frame_indices.size == 0:
             h, w, c = self.features[camera_key]["shape"]
             return np.zeros((0, h, w, c), dtype=np.uint8)
+        if self.features[camera_key]["dtype"] == "image":
+            return self._decode_images(ep, camera_key, frame_indices, out)
         timestamps = self.episode_columns(ep, ["timestamp"])["timestamp"].astype(np.float64)
         self._check_timestamps(ep, timestamps)
         start = float(self._episode(ep)[f"videos/{camera_key}/from_timestamp"])
@@ -311,6 +378,15 @@ class LeRobotV3Dataset:
         frames = decode_at_times(path, start + timestamps[frame_indices], self.fps, out)
         self._check_frame_shape(camera_key, frames, path)
         return frames
+
+    def _decode_images(self, ep: int, camera_key: str, frame_indices: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """Frames of an image feature: the episode's rows of the data parquet, by frame_index (no timestamps)."""
+        path = self._data_path(ep)
+        cached = self._file_columns(path, [camera_key])
+        rows = self._episode_rows(path, cached, ep)[frame_indices]
+        h, w = self.frame_size(camera_key)
+        out = np.empty((len(rows), h, w, 3), dtype=np.uint8) if out is None else out
+        return decode_images(cached["cols"][camera_key][rows], f"{path}[{camera_key!r}] (episode {ep})", out)
 
     def _check_timestamps(self, ep: int, timestamps: np.ndarray) -> None:
         """Frames are located by timestamp: one off by more than a tenth of a period is a data error."""

@@ -102,6 +102,10 @@ class MultiDataset:
         part, local = self.locate(ep)
         return part.episode_task(local)
 
+    def frame_task(self, ep: int, frame: int) -> str:
+        part, local = self.locate(ep)
+        return part.frame_task(local, frame)
+
     def feature_dim(self, key: str) -> int:
         return self.parts[0].feature_dim(key)
 

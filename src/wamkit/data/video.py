@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import io
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -214,4 +215,23 @@ def _convert(reader: _Reader, chosen: list, out: np.ndarray | None) -> np.ndarra
             raise DataError(str(reader.path), f"decoded frames are {list(rgb[key].shape)}, expected "
                             f"{list(out.shape[1:])}", "fix features[...]['shape'] in meta/info.json")
         out[i] = rgb[key]
+    return out
+
+
+def decode_images(blobs, where: str, out: np.ndarray) -> np.ndarray:
+    """Decode the encoded frames of a LeRobot `image` feature (PNG or JPEG bytes embedded in the data
+    parquet) into `out` [n, H, W, 3] uint8; a frame of another size is an error naming `where`."""
+    from PIL import Image, UnidentifiedImageError
+
+    for i, blob in enumerate(blobs):
+        try:
+            with Image.open(io.BytesIO(blob)) as image:
+                frame = np.asarray(image.convert("RGB"))
+        except (UnidentifiedImageError, OSError) as exc:
+            raise DataError(where, f"frame {i} of the request is not a readable image: {exc}",
+                            "re-export the dataset") from exc
+        if frame.shape != out.shape[1:]:
+            raise DataError(where, f"an embedded image is {list(frame.shape)}, info.json says {list(out.shape[1:])}",
+                            "fix features[...]['shape'] in meta/info.json")
+        out[i] = frame
     return out

@@ -58,11 +58,11 @@ class WindowDataset(Dataset):
     def _check_keys(self) -> None:
         ds = self.dataset
         if not self.camera_keys:
-            raise DataError(f"{ds.root}/meta/info.json: features", "no camera (video) features selected",
+            raise DataError(f"{ds.root}/meta/info.json: features", "no camera (video or image) features selected",
                             f"choose camera keys from {ds.camera_keys}")
         for key in self.camera_keys:
             if key not in ds.camera_keys:
-                raise DataError(f"{ds.root}/meta/info.json: features[{key!r}]", "is not a video feature of "
+                raise DataError(f"{ds.root}/meta/info.json: features[{key!r}]", "is not a camera (video or image) feature of "
                                 "the dataset", f"choose camera keys from {ds.camera_keys}")
         for key in [self.action_key] + ([self.state_key] if self.state_key else []):
             ds.feature_dim(key)  # raises DataError naming info.json if missing
@@ -111,7 +111,7 @@ class WindowDataset(Dataset):
         self._check_finite(ep, start, self.action_key, action)
         if state is not None:
             self._check_finite(ep, start, self.state_key, state)
-        return Window(video=video, state=state, action=action, task=self.dataset.episode_task(ep), episode_index=ep,
+        return Window(video=video, state=state, action=action, task=self.dataset.frame_task(ep, start), episode_index=ep,
                       start=start)
 
     def _decode(self, ep: int, frames: np.ndarray) -> torch.Tensor | list[torch.Tensor]:

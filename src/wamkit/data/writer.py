@@ -114,14 +114,14 @@ def _check_episodes(episodes: Sequence[RecordedEpisode], camera_key: str) -> tup
 
 
 def _widen_constant(stats: dict, key: str, bounds: tuple[Sequence[float], Sequence[float]] | None) -> list[int]:
-    """Channels that never vary in the data (e.g. a gripper the expert never closes) would have zero range
-    and break minmax/quantile/meanstd normalization: give them the channel's declared physical range
-    instead (min/q01 = low, max/q99 = high, std = (high - low) / 2). Returns the widened channels."""
+    """Channels that never vary in the data (e.g. a gripper the expert never closes) get the channel's
+    declared physical range when `bounds` are given (min/q01 = low, max/q99 = high, std = (high - low) / 2),
+    so a policy can still learn to move them; without bounds they stay constant (min == max), which every
+    normalization maps to 0 and back to the value. Returns the widened channels."""
     s = stats[key]
     flat = np.flatnonzero(~((s["max"] > s["min"]) & (s["q99"] > s["q01"]) & (s["std"] > 0)))
-    if flat.size and bounds is None:
-        raise DataError(f"stats[{key!r}]", f"channels {flat.tolist()} are constant in the recorded data",
-                        "record more varied episodes or pass declared bounds for the channel")
+    if bounds is None:
+        return []
     for c in flat:
         lo, hi = float(bounds[0][c]), float(bounds[1][c])
         lo, hi = min(lo, float(s["min"][c])), max(hi, float(s["max"][c]))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, split_episodes, write_demo_dataset
+from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
+                         split_episodes, write_demo_dataset)
 from wamkit.config.schema import expand_env
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.multi import is_multi_root, open_lerobot
@@ -57,6 +58,10 @@ def build_run_data(cfg) -> RunData:
     dataset = open_dataset(cfg)
     if dataset.stats is None:
         raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
+    if cfg.data.use_state and cfg.data.state_key not in dataset.features:
+        raise DataError(f"{dataset.root}/meta/info.json: features", f"data.use_state is true but the dataset has no "
+                        f"state feature {cfg.data.state_key!r} (have {sorted(dataset.features)})",
+                        "--set data.use_state=false for a policy without state, or set data.state_key to the state feature")
     train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
@@ -79,6 +84,7 @@ def build_run_data(cfg) -> RunData:
     if cfg.data.use_state:
         mode = cfg.data.state_normalization or cfg.data.normalization
         state_norm = Normalizer.from_stats(dataset.stats, cfg.data.state_key, mode, source)
+    check_constant_channels(dataset, [action_norm, state_norm])  # stats that call a varying channel constant
     canvas = CanvasTransform.from_config(cfg.data, cameras or dataset.camera_keys)
     transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id,
                                 canvas=canvas)
