@@ -98,6 +98,10 @@ class DistillTrainer:
         self.data = build_run_data(cfg)
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
         self.channels = self.video_tokenizer.latent_channels
+        if cfg.parallel.activation_checkpointing == "full":
+            raise ConfigError("parallel.activation_checkpointing", "is 'full'; a distillation step runs several forwards of a "
+                              "model before one backward, and full recomputation would replay attention with the last "
+                              "forward's sample layout", "use 'selective' (recomputes only the MLPs) or 'none' for `wamkit distill`")
         if parallel_dims(cfg, self.ctx.world_size).cp > 1:
             raise ConfigError("parallel.context_parallel_degree", f"is {cfg.parallel.context_parallel_degree}; the distillation "
                               "stages (2, 3) have no context-parallel path yet", "set it to 1 for `wamkit distill`")

@@ -1,7 +1,8 @@
-"""Distillation builds every model (student, EMA, teacher / reference, critic) the way the Trainer does
-on a GPU: on the meta device, materialised on the run's device, weights read into the shards
-(`parallel.init = "meta"`, the default on CUDA). On the CPU that path must give the same models and
-losses as the eager build, for TF-dCM (stage 2) and SF-DMD (stage 3)."""
+"""How `wamkit distill` builds its models. Every model (student, EMA, teacher / reference, critic) is built
+the way the Trainer does on a GPU: on the meta device, materialised on the run's device, weights read into
+the shards (`parallel.init = "meta"`, the default on CUDA); on the CPU that path must give the eager
+build's models and losses, for TF-dCM (stage 2) and SF-DMD (stage 3). Settings it cannot honour are
+refused before anything is built."""
 
 import pytest
 import torch
@@ -47,3 +48,12 @@ def test_a_missing_teacher_is_named_before_anything_is_built(chain, tmp_path):
                                extra={"distill.teacher_path": f'"{tmp_path / "nowhere"}"', "parallel.init": '"meta"'})
     with pytest.raises(ConfigError, match="distill.teacher_path"):
         DistillTrainer(*load_distill_recipe(recipe(2), overrides), device="cpu")
+
+
+def test_full_activation_checkpointing_is_refused_with_the_working_choices(chain):
+    bundle, runs, _, stage1 = chain
+    overrides = tiny_overrides(bundle, runs, "m-full-ac", 1, stage1,
+                               extra={"distill.teacher_path": f'"{stage1}"', "parallel.activation_checkpointing": '"full"'})
+    with pytest.raises(ConfigError, match="parallel.activation_checkpointing") as err:
+        DistillTrainer(*load_distill_recipe(recipe(2), overrides), device="cpu")
+    assert "'selective'" in err.value.fix
