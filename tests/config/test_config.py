@@ -195,3 +195,16 @@ def test_fallback_variables_and_empty_required_paths_name_the_variables(monkeypa
     with pytest.raises(ConfigError, match="model.vae_path") as err:
         load_experiment(recipe)
     assert "WAN_VAE_PATH set but empty" in err.value.problem and "export WAN_VAE_PATH=/path/to/wan22_vae" in err.value.fix
+
+
+@pytest.mark.parametrize("root", ["s3://bucket/runs", "gs://bucket/runs", "hdfs://nn/runs"])
+def test_object_storage_output_root_is_refused_instead_of_a_local_folder_named_like_the_scheme(root, tmp_path, monkeypatch):
+    with pytest.raises(ConfigError) as err:
+        load_experiment(DEMO_RECIPE, [f'job.output_root="{root}"'])
+    assert "job.output_root" in str(err.value) and "object storage is not supported yet" in str(err.value)
+    assert "shared-filesystem path" in err.value.fix
+    monkeypatch.setenv("WAMKIT_OUTPUT_ROOT", root)  # the same through the environment's default root
+    with pytest.raises(ConfigError, match="WAMKIT_OUTPUT_ROOT.*object storage"):
+        load_experiment(DEMO_RECIPE).job.run_dir()
+    monkeypatch.setenv("WAMKIT_OUTPUT_ROOT", str(tmp_path / "s3:"))  # a local path with a colon stays a path
+    assert load_experiment(DEMO_RECIPE).job.run_dir() == tmp_path / "s3:" / "demo_tiny"

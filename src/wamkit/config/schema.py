@@ -31,8 +31,25 @@ class JobConfig:
     seed: int = 0
 
     def run_dir(self) -> Path:
-        root = self.output_root or os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
+        if self.output_root:
+            root = self.output_root
+        else:
+            root = os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
+            check_local_root(root, "WAMKIT_OUTPUT_ROOT")
         return Path(root).expanduser() / self.name
+
+
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_local_root(root: str, where: str) -> None:
+    """Runs live on a local or shared (POSIX) filesystem. Path("s3://bucket/x") would silently be a
+    local folder named "s3:", so an object-store URL is refused until it is supported."""
+    if _URL_SCHEME.match(root):
+        raise ConfigError(
+            where, f"{root!r} is an object-storage URL; object storage is not supported yet",
+            "use a local or shared-filesystem path (NFS, Lustre, GPFS mounted on every node), e.g. /shared/runs",
+        )
 
 
 @dataclass
@@ -242,6 +259,23 @@ class LoRAConfig:
     train_action_pathway: bool = True
 
 
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class LoggingConfig:
+    """Experiment tracking beside metrics.jsonl and TensorBoard (which are always written). W&B
+    ("online" | "offline" | "disabled") gets the same per-step metrics from rank 0, plus the resolved
+    config and data contract once; relaunching the run name continues the same W&B run (its id is
+    kept in <run>/wandb_run_id). Needs the `tracking` extra; credentials only from the environment
+    (WANDB_API_KEY or `wandb login`); "offline" needs none (upload later with `wandb sync`)."""
+
+    wandb: str = "disabled"
+    project: str = "wamkit"
+    group: str = ""  # "" -> no group
+    run_name: str = ""  # "" -> job.name
+
+
 @dataclass
 class ExperimentConfig:
     job: JobConfig = field(default_factory=JobConfig)
@@ -255,11 +289,14 @@ class ExperimentConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         raw = self._resolve_env()
+        check_local_root(self.job.output_root, "job.output_root")
         _choice("model.mode", self.model.mode, TASK_MODES)
+        _choice("logging.wandb", self.logging.wandb, WANDB_MODES)
         self._validate_modes_and_lora()
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)

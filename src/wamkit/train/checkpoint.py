@@ -2,7 +2,8 @@
 
 A save goes to a hidden temporary directory that is renamed into place only once complete, and
 `latest` is replaced (write temp file + os.replace) only after that rename. A crash at any moment
-therefore leaves `latest` naming a complete checkpoint or the previous one."""
+therefore leaves `latest` naming a complete checkpoint or the previous one. Before anything is
+written, the save checks that the filesystem can hold it (wamkit.train.disk) and stops otherwise."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch.distributed.checkpoint as dcp
 
 from wamkit.errors import CheckpointError
+from wamkit.train import disk
 from wamkit.train.faults import KILL_DURING_SAVE, maybe_kill
 
 LATEST = "latest"
@@ -26,12 +28,12 @@ def iteration_dir(checkpoints_dir: Path, step: int) -> Path:
 
 def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None, ctx=None) -> Path:
     """Every rank writes its shards (DCP); rank 0 alone creates, completes and publishes the
-    directory. `ctx` is the DistContext of a torchrun job, None for one process."""
-    from wamkit.train.parallel import barrier
-
+    directory. `ctx` is the DistContext of a torchrun job, None for one process. Raises
+    CheckpointError on every rank, before writing anything, when the disk cannot hold the save."""
     main = ctx is None or ctx.is_main
     final = iteration_dir(checkpoints_dir, step)
     tmp = checkpoints_dir / f".tmp_{final.name}"
+    _check_space(checkpoints_dir, disk.required_bytes(disk.state_nbytes(state)), ctx)
     if main:
         checkpoints_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -50,6 +52,20 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
         _write_latest(checkpoints_dir, final.name)
     _barrier(ctx)
     return final
+
+
+def _check_space(checkpoints_dir: Path, needed: int, ctx) -> None:
+    """Rank 0 measures the shared directory's free space and every rank gets its verdict, so all
+    ranks stop together instead of the others hanging in the save's collectives."""
+    free = disk.free_bytes(checkpoints_dir) if ctx is None or ctx.is_main else 0
+    if ctx is not None and ctx.distributed:
+        import torch
+        import torch.distributed as dist
+
+        numbers = torch.tensor([needed, free], dtype=torch.int64, device=ctx.device)
+        dist.broadcast(numbers, src=0)
+        needed, free = (int(v) for v in numbers.tolist())
+    disk.check_free_space(checkpoints_dir, needed, free)
 
 
 def find_latest(checkpoints_dir: Path, ctx=None) -> Path | None:

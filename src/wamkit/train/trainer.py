@@ -31,12 +31,14 @@ from wamkit.train.setup import (base_weights_path, build_model, build_run_data, 
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import Throughput, seconds_since_launch
+from wamkit.train.tracking import check_wandb, start_wandb
 
 
 # Knobs that may change when a run name is relaunched: how long, how often, how loud.
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "logging.wandb", "logging.project", "logging.group", "logging.run_name",
 }
 
 
@@ -55,6 +57,8 @@ class Trainer:
     def __init__(self, cfg, device: str = "auto"):
         self.cfg = cfg
         self.ctx = init_distributed(device)
+        if self.ctx.is_main:
+            check_wandb(cfg)  # a missing package or login fails now, not after the model is built
         self.device = self.ctx.device
         self.run_dir = cfg.job.run_dir()
         self.checkpoints_dir = self.run_dir / "checkpoints"
@@ -219,7 +223,10 @@ class Trainer:
             if main:
                 print(f"[wamkit] run already at max_iter={cfg.max_iter}; nothing to do")
             return self.summary()
-        logger = MetricsLogger(self.run_dir, self.step) if main else None
+        logger = None
+        if main:
+            tracker = start_wandb(self.cfg, self.run_dir, config_to_dict(self.cfg), self.data.contract)
+            logger = MetricsLogger(self.run_dir, self.step, tracker)
         stream = batch_stream(
             self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
             self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size,
