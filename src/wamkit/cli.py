@@ -151,7 +151,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+# Path arguments of the commands that read runs, checkpoints and exports (or write reports).
+PATH_ARGUMENTS = ("path", "checkpoint", "world_model", "policies", "out_dir", "out")
+
+
+def _refuse_urls(args) -> None:
+    """`wamkit export s3://...` would otherwise look for a local folder named "s3:"; say instead
+    that object storage is not supported yet."""
+    from wamkit.config.schema import check_local_path
+
+    for name in PATH_ARGUMENTS:
+        values = getattr(args, name, None)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None:
+                check_local_path(value, f"wamkit {args.command} {name.upper()}")
+
+
 def _dispatch(args) -> int:
+    if args.command in ("export", "serve", "eval"):
+        _refuse_urls(args)
     if getattr(args, "device", None) is not None:  # decided once, here, for every command that computes
         from wamkit.device import resolve_device
 

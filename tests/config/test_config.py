@@ -208,3 +208,23 @@ def test_object_storage_output_root_is_refused_instead_of_a_local_folder_named_l
         load_experiment(DEMO_RECIPE).job.run_dir()
     monkeypatch.setenv("WAMKIT_OUTPUT_ROOT", str(tmp_path / "s3:"))  # a local path with a colon stays a path
     assert load_experiment(DEMO_RECIPE).job.run_dir() == tmp_path / "s3:" / "demo_tiny"
+    monkeypatch.delenv("WAMKIT_OUTPUT_ROOT")
+    with pytest.raises(ConfigError, match="checkpoint.load_path.*object storage is not supported yet"):
+        load_experiment(DEMO_RECIPE, [f'checkpoint.load_path="{root}/base"'])
+    monkeypatch.setenv("BASE_FOR_TEST", f"{root}/base")  # also when the URL comes through a ${VAR}
+    with pytest.raises(ConfigError, match="checkpoint.load_path.*object storage"):
+        load_experiment(DEMO_RECIPE, ['checkpoint.load_path="${BASE_FOR_TEST}"'])
+
+
+@pytest.mark.parametrize("command", [["export", "s3://bucket/runs/r", "out"], ["export", "runs/r", "gs://bucket/export"],
+                                     ["serve", "gs://bucket/export"], ["eval", "sim", "s3://bucket/runs/r", "metaworld/reach-v3",
+                                                                       "--episodes", "1", "--seed", "1"],
+                                     ["eval", "wm", "s3://bucket/runs/r"]])
+def test_commands_refuse_object_storage_urls_instead_of_looking_for_a_local_folder(command):
+    from tests.helpers import REPO, run_cli
+
+    proc = run_cli(command, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"wamkit {command[0]}" in proc.stderr and "object storage is not supported yet" in proc.stderr
+    assert "aws s3 sync" in proc.stderr
+    assert not (REPO / "s3:").exists() and not (REPO / "gs:").exists() and not (REPO / "out").exists()

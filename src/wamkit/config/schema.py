@@ -35,20 +35,22 @@ class JobConfig:
             root = self.output_root
         else:
             root = os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
-            check_local_root(root, "WAMKIT_OUTPUT_ROOT")
+            check_local_path(root, "WAMKIT_OUTPUT_ROOT")
         return Path(root).expanduser() / self.name
 
 
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def check_local_root(root: str, where: str) -> None:
-    """Runs live on a local or shared (POSIX) filesystem. Path("s3://bucket/x") would silently be a
-    local folder named "s3:", so an object-store URL is refused until it is supported."""
-    if _URL_SCHEME.match(root):
+def check_local_path(path: str, where: str) -> None:
+    """Runs and checkpoints live on a local or shared (POSIX) filesystem. Path("s3://bucket/x") would
+    silently be a local folder named "s3:", so an object-store URL is refused until it is supported
+    (docs/cluster.md)."""
+    if _URL_SCHEME.match(str(path)):
         raise ConfigError(
-            where, f"{root!r} is an object-storage URL; object storage is not supported yet",
-            "use a local or shared-filesystem path (NFS, Lustre, GPFS mounted on every node), e.g. /shared/runs",
+            where, f"{str(path)!r} is an object-storage URL; object storage is not supported yet",
+            "use a local or shared-filesystem path (NFS, Lustre, GPFS mounted on every node), e.g. /shared/runs; "
+            "copy runs to and from a bucket with your storage tools (aws s3 sync, gcloud storage rsync)",
         )
 
 
@@ -294,7 +296,8 @@ class ExperimentConfig:
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         raw = self._resolve_env()
-        check_local_root(self.job.output_root, "job.output_root")
+        check_local_path(self.job.output_root, "job.output_root")
+        check_local_path(self.checkpoint.load_path, "checkpoint.load_path")
         _choice("model.mode", self.model.mode, TASK_MODES)
         _choice("logging.wandb", self.logging.wandb, WANDB_MODES)
         self._validate_modes_and_lora()

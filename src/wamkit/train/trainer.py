@@ -34,11 +34,16 @@ from wamkit.train.throughput import Throughput, seconds_since_launch
 from wamkit.train.tracking import check_wandb, start_wandb
 
 
-# Knobs that may change when a run name is relaunched: how long, how often, how loud.
+# Knobs that may change when a run name is relaunched: how long, how often, how loud, and how the
+# ranks are arranged. A run relaunched on fewer nodes after one died sets the replicate degree to the
+# nodes it has and may raise grad_accum_iter to keep its global batch (the data position and the
+# noise are keyed by global sample position, so the steps are the same); the DCP checkpoint
+# reshards (docs/cluster.md).
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
+    "parallel.data_parallel_replicate_degree", "trainer.grad_accum_iter",
 }
 
 
