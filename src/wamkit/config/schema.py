@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wamkit.errors import ConfigError
+from wamkit.storage import check_url, is_remote, location
 
 PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
 X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
@@ -30,28 +31,21 @@ class JobConfig:
     output_root: str = ""  # "" -> $WAMKIT_OUTPUT_ROOT or ./runs
     seed: int = 0
 
-    def run_dir(self) -> Path:
+    def run_dir(self):
+        """<output_root>/<name>: a Path, or a UPath when output_root is an s3:// or gs:// URL."""
         if self.output_root:
-            root = self.output_root
-        else:
-            root = os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
-            check_local_path(root, "WAMKIT_OUTPUT_ROOT")
-        return Path(root).expanduser() / self.name
+            return location(self.output_root, "job.output_root") / self.name
+        return location(os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs", "WAMKIT_OUTPUT_ROOT") / self.name
 
-
-_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def check_local_path(path: str, where: str) -> None:
-    """Runs and checkpoints live on a local or shared (POSIX) filesystem. Path("s3://bucket/x") would
-    silently be a local folder named "s3:", so an object-store URL is refused until it is supported
-    (docs/cluster.md)."""
-    if _URL_SCHEME.match(str(path)):
-        raise ConfigError(
-            where, f"{str(path)!r} is an object-storage URL; object storage is not supported yet",
-            "use a local or shared-filesystem path (NFS, Lustre, GPFS mounted on every node), e.g. /shared/runs; "
-            "copy runs to and from a bucket with your storage tools (aws s3 sync, gcloud storage rsync)",
-        )
+    def local_dir(self) -> Path:
+        """Where the run's append-only logs are written (metrics.jsonl, TensorBoard, W&B files): the run
+        directory itself, or for a run in an object store a local staging copy that is uploaded with
+        every checkpoint ($WAMKIT_STAGING_DIR, default ~/.cache/wamkit/staging, then bucket/prefix/name)."""
+        run = self.run_dir()
+        if not is_remote(run):
+            return run
+        staging = Path(os.environ.get("WAMKIT_STAGING_DIR", "") or "~/.cache/wamkit/staging").expanduser()
+        return staging / run.protocol / run.path
 
 
 @dataclass
@@ -296,8 +290,8 @@ class ExperimentConfig:
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         raw = self._resolve_env()
-        check_local_path(self.job.output_root, "job.output_root")
-        check_local_path(self.checkpoint.load_path, "checkpoint.load_path")
+        check_url(self.job.output_root, "job.output_root")
+        check_url(self.checkpoint.load_path, "checkpoint.load_path")
         _choice("model.mode", self.model.mode, TASK_MODES)
         _choice("logging.wandb", self.logging.wandb, WANDB_MODES)
         self._validate_modes_and_lora()

@@ -32,6 +32,12 @@ class MetricsLogger:
 
             log_wandb(self.wandb, record)
 
+    def flush(self) -> None:
+        """Everything logged so far on disk (before the files are uploaded beside a checkpoint)."""
+        self.file.flush()
+        if self.tb is not None:
+            self.tb.flush()
+
     def close(self) -> None:
         self.file.close()
         if self.tb is not None:

@@ -58,10 +58,11 @@ def _host() -> str:
     return urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
 
 
-def start_wandb(cfg, run_dir: Path, config: dict, data_contract: dict):
+def start_wandb(cfg, run_dir, local_dir: Path, config: dict, data_contract: dict):
     """The W&B run of this run name (new, or the one a previous launch started), or None when
-    logging.wandb = "disabled". `config`: the resolved config; it and the data contract are logged
-    once, as the run's config."""
+    logging.wandb = "disabled". The run id is kept in `run_dir` (possibly an object store), W&B's
+    own files go under `local_dir`. `config`: the resolved config; it and the data contract are
+    logged once, as the run's config."""
     if cfg.logging.wandb == "disabled":
         return None
     check_wandb(cfg)
@@ -76,7 +77,7 @@ def start_wandb(cfg, run_dir: Path, config: dict, data_contract: dict):
         id_file.write_text(run_id + "\n")
     run = wandb.init(
         project=cfg.logging.project, group=cfg.logging.group or None, name=cfg.logging.run_name or cfg.job.name,
-        id=run_id, resume="allow", mode=cfg.logging.wandb, dir=os.environ.get("WANDB_DIR") or str(run_dir),
+        id=run_id, resume="allow", mode=cfg.logging.wandb, dir=os.environ.get("WANDB_DIR") or str(local_dir),
         config={**config, "data_contract": data_contract},
         settings=wandb.Settings(init_timeout=120, console="off", save_code=False, disable_git=True),
     )
