@@ -81,13 +81,13 @@ def remove_tree(path) -> None:
 
 
 def upload(local: Path, remote, names: tuple[str, ...]) -> None:
-    """Copy the named files or directories of `local` to the `remote` prefix (whole objects)."""
+    """Copy the named files or directories of `local` to the `remote` prefix, file by file (a
+    recursive put into an existing prefix would nest the directory inside itself)."""
     for name in names:
         source = local / name
-        if source.is_dir():
-            remote.fs.put(str(source), (remote / name).path, recursive=True)
-        elif source.is_file():
-            remote.fs.put_file(str(source), (remote / name).path)
+        files = sorted(f for f in source.rglob("*") if f.is_file()) if source.is_dir() else [source] if source.is_file() else []
+        for file in files:
+            remote.fs.put_file(str(file), (remote / file.relative_to(local).as_posix()).path)
 
 
 def download(remote, local: Path, name: str) -> None:

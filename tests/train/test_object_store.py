@@ -1,8 +1,9 @@
 """Runs and checkpoints in an object store, against a real S3-protocol server (moto in server mode)
 that the test starts on 127.0.0.1: sharded writes from every rank, a rank killed mid-save leaving
 the previous `latest` valid, resume by run name from the bucket (on the same and on another world
-size, equal to a local one-process run), keep_last pruning in the bucket, a later run and `wamkit
-export` reading the bucket, and the credentials from the environment written nowhere."""
+size, equal to a local one-process run), keep_last pruning in the bucket, a later run, `wamkit
+export` and the serve/eval loader reading the bucket, and the credentials from the environment
+written nowhere."""
 
 import json
 import os
@@ -90,7 +91,9 @@ def test_a_run_in_s3_survives_a_rank_killed_mid_save_and_resumes_on_another_worl
     run_cli(["train", str(DEMO_RECIPE), *local])
     run_cli(["train", str(DEMO_RECIPE), *local, "--set", "trainer.max_iter=6"])
     in_bucket = _losses(fs.cat(f"{run}/metrics.jsonl").decode())
-    assert len(in_bucket) == 6 and fs.exists(f"{run}/tensorboard") and fs.exists(f"{run}/resolved_config.json")
+    assert len(in_bucket) == 6 and fs.exists(f"{run}/resolved_config.json")
+    events = [p for p in fs.find(f"{run}/tensorboard") if "tfevents" in p]
+    assert len(events) == 3 and all(p.rsplit("/", 2)[1] == "tensorboard" for p in events), events  # one per launch, not nested
     torch.testing.assert_close(torch.tensor(in_bucket), torch.tensor(_losses((tmp_path / "local" / "metrics.jsonl").read_text())),
                                rtol=1e-4, atol=1e-5)
 
@@ -100,6 +103,10 @@ def test_a_run_in_s3_survives_a_rank_killed_mid_save_and_resumes_on_another_worl
     assert "fresh run from base weights (wamkit checkpoint)" in run_cli(["train", str(DEMO_RECIPE), *chained]).stdout
     exported = run_cli(["export", f"s3://{run}", str(tmp_path / "export")])
     assert "exported to" in exported.stdout and (tmp_path / "export" / "wamkit.json").is_file()
+    from wamkit.serve.server import load_policy  # what `wamkit serve` and `eval` load a run with
+
+    policy = load_policy(f"s3://{run}")
+    assert policy.loaded.source["checkpoint"] == f"s3://{run}/checkpoints/iter_000000006"
 
     assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists()
     for proc in (crashed, resumed, out, exported):

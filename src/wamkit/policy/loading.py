@@ -14,7 +14,7 @@ from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import apply_lora, merge_lora
 from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokenizer_info
 from wamkit.model.tokenizer import build_video_tokenizer
-from wamkit.storage import location
+from wamkit.storage import is_remote, location
 from wamkit.train import checkpoint as ckpt
 
 EXPORT_MANIFEST = "wamkit.json"
@@ -35,6 +35,19 @@ class LoadedModel:
     diffusion: dict
     source: dict = field(default_factory=dict)
     experiment_config: dict | None = None
+
+
+def is_export(path) -> bool:
+    """Whether `path` (a local path, or an s3:// / gs:// URL of a run or checkpoint) is an export
+    directory. A URL string must not go through Path(), which would make "s3://b" a local "s3:/b";
+    exports in a bucket are refused (their diffusers weights load from a local directory)."""
+    where = location(path, "checkpoint path")
+    if not (where / EXPORT_MANIFEST).is_file():
+        return False
+    if is_remote(where):
+        raise ConfigError("checkpoint path", f"{where} is an export in an object store; exports load from a local directory",
+                          f"copy it first (aws s3 cp --recursive {where} ./export, or gcloud storage cp -r), or pass the run")
+    return True
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
