@@ -12,7 +12,7 @@ import sys
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from wamkit.device import DEVICE_HELP  # noqa: E402
-from wamkit.errors import WamkitError  # noqa: E402
+from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +164,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+# Path arguments of the commands that read runs and checkpoints (an object-store URL is fine there:
+# wamkit.storage) and those they write to (exports and reports are local directories).
+INPUT_ARGUMENTS = ("path", "checkpoint", "world_model", "policies")
+OUTPUT_ARGUMENTS = ("out_dir", "out")
+
+
+def _check_urls(args) -> None:
+    """Check the URLs among the path arguments before any work: a scheme wamkit cannot read or a
+    missing backend is an error naming the argument, and so is an output URL, which would
+    otherwise become a local folder named "s3:"."""
+    from wamkit.storage import check_url, is_url
+
+    for name in INPUT_ARGUMENTS + OUTPUT_ARGUMENTS:
+        values = getattr(args, name, None)
+        for value in values if isinstance(values, list) else [values]:
+            where = f"wamkit {args.command} {name.upper()}"
+            if value is not None and is_url(value) and name in OUTPUT_ARGUMENTS:
+                raise ConfigError(where, f"{value!r} is an object-storage URL; exports and reports are written to a "
+                                  "local directory", "write it locally, then copy it (aws s3 cp --recursive, gcloud storage cp -r)")
+            if value is not None:
+                check_url(value, where)
+
+
 def _dispatch(args) -> int:
+    if args.command in ("export", "serve", "eval"):
+        _check_urls(args)
     if getattr(args, "device", None) is not None:  # decided once, here, for every command that computes
         from wamkit.device import resolve_device
 

@@ -195,3 +195,33 @@ def test_fallback_variables_and_empty_required_paths_name_the_variables(monkeypa
     with pytest.raises(ConfigError, match="model.vae_path") as err:
         load_experiment(recipe)
     assert "WAN_VAE_PATH set but empty" in err.value.problem and "export WAN_VAE_PATH=/path/to/wan22_vae" in err.value.fix
+
+
+def test_an_object_store_root_is_a_bucket_path_never_a_local_folder_named_like_the_scheme(tmp_path, monkeypatch):
+    from wamkit.storage import is_remote
+
+    run = load_experiment(DEMO_RECIPE, ['job.output_root="s3://bucket/runs"']).job.run_dir()
+    assert is_remote(run) and str(run) == "s3://bucket/runs/demo_tiny"
+    monkeypatch.setenv("WAMKIT_STAGING_DIR", str(tmp_path / "staging"))  # its logs are staged locally, then uploaded
+    assert load_experiment(DEMO_RECIPE, ['job.output_root="s3://bucket/runs"']).job.local_dir() == tmp_path / "staging/s3/bucket/runs/demo_tiny"
+    monkeypatch.setenv("WAMKIT_OUTPUT_ROOT", "hdfs://nn/runs")  # the environment's default root is checked too
+    with pytest.raises(ConfigError, match="WAMKIT_OUTPUT_ROOT.*hdfs://"):
+        load_experiment(DEMO_RECIPE).job.run_dir()
+    monkeypatch.setenv("WAMKIT_OUTPUT_ROOT", str(tmp_path / "s3:"))  # a local path with a colon stays a path
+    assert load_experiment(DEMO_RECIPE).job.run_dir() == tmp_path / "s3:" / "demo_tiny"
+    monkeypatch.setenv("BASE_FOR_TEST", "ftp://host/base")  # a URL through a ${VAR} is checked after expansion
+    with pytest.raises(ConfigError, match="checkpoint.load_path.*ftp://"):
+        load_experiment(DEMO_RECIPE, ['checkpoint.load_path="${BASE_FOR_TEST}"'])
+
+
+@pytest.mark.parametrize("command", [["export", "hdfs://nn/runs/r", "out"], ["export", "runs/r", "gs://bucket/export"],
+                                     ["serve", "ftp://host/export"], ["eval", "sim", "runs/r", "metaworld/reach-v3",
+                                                                      "--episodes", "1", "--seed", "1", "--out", "s3://bucket/eval"],
+                                     ["eval", "wm", "hdfs://nn/runs/r"]])
+def test_commands_refuse_urls_they_cannot_honour_before_any_work(command):
+    from tests.helpers import REPO, run_cli
+
+    proc = run_cli(command, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"wamkit {command[0]}" in proc.stderr and ("does not support" in proc.stderr or "local directory" in proc.stderr)
+    assert not any((REPO / name).exists() for name in ("s3:", "gs:", "hdfs:", "ftp:", "out"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from wamkit.config.lerobot_home import check_repo_id
 from wamkit.errors import ConfigError
+from wamkit.storage import check_url, is_remote, location
 
 PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
 X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
@@ -31,9 +32,21 @@ class JobConfig:
     output_root: str = ""  # "" -> $WAMKIT_OUTPUT_ROOT or ./runs
     seed: int = 0
 
-    def run_dir(self) -> Path:
-        root = self.output_root or os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs"
-        return Path(root).expanduser() / self.name
+    def run_dir(self):
+        """<output_root>/<name>: a Path, or a UPath when output_root is an s3:// or gs:// URL."""
+        if self.output_root:
+            return location(self.output_root, "job.output_root") / self.name
+        return location(os.environ.get("WAMKIT_OUTPUT_ROOT", "") or "runs", "WAMKIT_OUTPUT_ROOT") / self.name
+
+    def local_dir(self) -> Path:
+        """Where the run's append-only logs are written (metrics.jsonl, TensorBoard, W&B files): the run
+        directory itself, or for a run in an object store a local staging copy that is uploaded with
+        every checkpoint ($WAMKIT_STAGING_DIR, default ~/.cache/wamkit/staging, then bucket/prefix/name)."""
+        run = self.run_dir()
+        if not is_remote(run):
+            return run
+        staging = Path(os.environ.get("WAMKIT_STAGING_DIR", "") or "~/.cache/wamkit/staging").expanduser()
+        return staging / run.protocol / run.path
 
 
 @dataclass
@@ -252,6 +265,23 @@ class LoRAConfig:
     train_action_pathway: bool = True
 
 
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class LoggingConfig:
+    """Experiment tracking beside metrics.jsonl and TensorBoard (which are always written). W&B
+    ("online" | "offline" | "disabled") gets the same per-step metrics from rank 0, plus the resolved
+    config and data contract once; relaunching the run name continues the same W&B run (its id is
+    kept in <run>/wandb_run_id). Needs the `tracking` extra; credentials only from the environment
+    (WANDB_API_KEY or `wandb login`); "offline" needs none (upload later with `wandb sync`)."""
+
+    wandb: str = "disabled"
+    project: str = "wamkit"
+    group: str = ""  # "" -> no group
+    run_name: str = ""  # "" -> job.name
+
+
 @dataclass
 class ExperimentConfig:
     job: JobConfig = field(default_factory=JobConfig)
@@ -265,11 +295,15 @@ class ExperimentConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def validate(self) -> "ExperimentConfig":
         """Reject knob combinations that would train on garbage; called after every load."""
         raw = self._resolve_env()
+        check_url(self.job.output_root, "job.output_root")
+        check_url(self.checkpoint.load_path, "checkpoint.load_path")
         _choice("model.mode", self.model.mode, TASK_MODES)
+        _choice("logging.wandb", self.logging.wandb, WANDB_MODES)
         self._validate_modes_and_lora()
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)

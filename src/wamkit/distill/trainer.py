@@ -52,6 +52,7 @@ from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.packing import SequenceSample, attention_backend, install_packed_attention, pack_samples, packed_layout
+from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
@@ -93,6 +94,11 @@ class DistillTrainer:
         self.ctx = init_distributed(device)
         self.device = self.ctx.device
         self.run_dir = cfg.job.run_dir()
+        if is_remote(self.run_dir):
+            raise ConfigError("job.output_root", f"is an object-store URL ({self.run_dir}); distillation writes its run to a "
+                              "local or shared filesystem only (object storage is supported by `wamkit train`)",
+                              "use a shared-filesystem path for the distillation stages; checkpoint.load_path may still "
+                              "name a wamkit checkpoint in the bucket")
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
         self.data = build_run_data(cfg)

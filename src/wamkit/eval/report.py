@@ -101,7 +101,9 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints/iter_<N> directories of a run, oldest first."""
     from wamkit.train.checkpoint import COMPLETE_MARKER
 
-    checkpoints = Path(run_dir) / "checkpoints"
+    from wamkit.storage import location
+
+    checkpoints = location(run_dir, "run directory") / "checkpoints"
     found = sorted((p for p in checkpoints.glob("iter_*") if (p / COMPLETE_MARKER).is_file()),
                    key=lambda p: int(p.name.split("_")[1]))
     if not found:

@@ -76,9 +76,9 @@ class EvalResult:
 def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10):
     """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
     from wamkit.policy import Policy
+    from wamkit.policy.loading import is_export
 
-    path = Path(path)
-    if (path / "wamkit.json").is_file():
+    if is_export(path):
         return Policy.from_export(path, device=device, num_steps=num_steps)
     return Policy.from_checkpoint(path, device=device, num_steps=num_steps)
 

@@ -108,10 +108,9 @@ def text_tokenizer_source(cfg, _depth: int = 0) -> str:
         return str(path.resolve())
     if not cfg.checkpoint.load_path:
         return ""  # random init: nothing pretrained to match, the byte tokenizer
-    base = Path(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path")).expanduser()
-    if not base.exists():
-        raise ConfigError("checkpoint.load_path", f"{base} does not exist", "point it at base weights or leave it empty for random init")
-    from wamkit.train.checkpoint import COMPLETE_MARKER
+    from wamkit.train.checkpoint import COMPLETE_MARKER, load_path_location
+
+    base = load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
 
     if (base / COMPLETE_MARKER).exists():
         return _from_wamkit_checkpoint(base, _depth)

@@ -14,6 +14,7 @@ from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import apply_lora, merge_lora
 from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokenizer_info
 from wamkit.model.tokenizer import build_video_tokenizer
+from wamkit.storage import is_remote, location
 from wamkit.train import checkpoint as ckpt
 
 EXPORT_MANIFEST = "wamkit.json"
@@ -36,10 +37,23 @@ class LoadedModel:
     experiment_config: dict | None = None
 
 
+def is_export(path) -> bool:
+    """Whether `path` (a local path, or an s3:// / gs:// URL of a run or checkpoint) is an export
+    directory. A URL string must not go through Path(), which would make "s3://b" a local "s3:/b";
+    exports in a bucket are refused (their diffusers weights load from a local directory)."""
+    where = location(path, "checkpoint path")
+    if not (where / EXPORT_MANIFEST).is_file():
+        return False
+    if is_remote(where):
+        raise ConfigError("checkpoint path", f"{where} is an export in an object store; exports load from a local directory",
+                          f"copy it first (aws s3 cp --recursive {where} ./export, or gcloud storage cp -r), or pass the run")
+    return True
+
+
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
     """A run directory (uses checkpoints/latest), its checkpoints/ directory or one iter_<N>
-    directory -> (iteration dir, run dir)."""
-    path = Path(path).expanduser()
+    directory -> (iteration dir, run dir); in an object store (s3://, gs://) as UPaths."""
+    path = location(path, "checkpoint path")
     if not path.exists():
         raise CheckpointError(str(path), "does not exist", "pass a run directory (runs/<name>) or a checkpoints/iter_<N> directory")
     if (path / ckpt.COMPLETE_MARKER).exists() or path.name.startswith("iter_"):
@@ -79,9 +93,7 @@ def _check_contract(contract: dict, where: str) -> None:
 
 
 def _has_ema(iteration: Path) -> bool:
-    import torch.distributed.checkpoint as dcp
-
-    keys = dcp.FileSystemReader(str(iteration)).read_metadata().state_dict_metadata
+    keys = ckpt.checkpoint_reader(iteration).read_metadata().state_dict_metadata
     return any(k == "ema" or k.startswith("ema.") for k in keys)
 
 

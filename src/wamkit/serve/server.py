@@ -328,10 +328,9 @@ class PolicyServer:
 
 def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True) -> Policy:
     """An export directory (has wamkit.json) or a run / checkpoint directory."""
-    from wamkit.policy.loading import EXPORT_MANIFEST
+    from wamkit.policy.loading import is_export
 
-    path = Path(path).expanduser()
-    if (path / EXPORT_MANIFEST).is_file():
+    if is_export(path):
         return Policy.from_export(path, device=device, num_steps=num_steps)
     return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps)
 

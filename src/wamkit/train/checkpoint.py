@@ -2,7 +2,13 @@
 
 A save goes to a hidden temporary directory that is renamed into place only once complete, and
 `latest` is replaced (write temp file + os.replace) only after that rename. A crash at any moment
-therefore leaves `latest` naming a complete checkpoint or the previous one."""
+therefore leaves `latest` naming a complete checkpoint or the previous one. Before anything is
+written, the save checks that the filesystem can hold it (wamkit.train.disk) and stops otherwise.
+
+In an object store (s3://, gs://: wamkit.storage) there is no rename: every rank writes its shards
+straight into iter_<N>/ through DCP's fsspec writer, rank 0 then puts the completion marker, and
+`latest` last (a single-object PUT, which readers see whole or not at all). An iter_<N>/ without a
+marker is an interrupted save: never named by `latest`, and removed at the next start."""
 
 from __future__ import annotations
 
@@ -13,8 +19,10 @@ from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
 
-from wamkit.errors import CheckpointError
-from wamkit.train.faults import KILL_DURING_SAVE, maybe_kill
+from wamkit.errors import CheckpointError, ConfigError
+from wamkit.storage import is_remote, location, remove_tree
+from wamkit.train import disk
+from wamkit.train.faults import KILL_DURING_SAVE, KILL_RANK_DURING_SAVE, maybe_kill
 
 LATEST = "latest"
 COMPLETE_MARKER = "wamkit_complete.json"
@@ -26,12 +34,14 @@ def iteration_dir(checkpoints_dir: Path, step: int) -> Path:
 
 def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None, ctx=None) -> Path:
     """Every rank writes its shards (DCP); rank 0 alone creates, completes and publishes the
-    directory. `ctx` is the DistContext of a torchrun job, None for one process."""
-    from wamkit.train.parallel import barrier
-
+    directory. `ctx` is the DistContext of a torchrun job, None for one process. Raises
+    CheckpointError on every rank, before writing anything, when the disk cannot hold the save."""
+    if is_remote(checkpoints_dir):
+        return _save_to_object_store(checkpoints_dir, step, state, metadata, ctx)
     main = ctx is None or ctx.is_main
     final = iteration_dir(checkpoints_dir, step)
     tmp = checkpoints_dir / f".tmp_{final.name}"
+    _check_space(checkpoints_dir, disk.required_bytes(disk.state_nbytes(state)), ctx)
     if main:
         checkpoints_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -50,6 +60,52 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
         _write_latest(checkpoints_dir, final.name)
     _barrier(ctx)
     return final
+
+
+def _save_to_object_store(checkpoints_dir, step: int, state: dict, metadata: dict | None, ctx):
+    """The object-store save: shards in place, then the marker, then `latest` (module docstring)."""
+    main = ctx is None or ctx.is_main
+    final = iteration_dir(checkpoints_dir, step)
+    if main:  # an interrupted save of this step (never named by `latest`) must not mix into this one
+        remove_tree(final)
+    _barrier(ctx)
+    dcp.save(state, storage_writer=_writer(str(final), 0 if ctx is None else ctx.rank, step))
+    _barrier(ctx)
+    if main:
+        (final / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
+        maybe_kill(KILL_DURING_SAVE, step)
+        (checkpoints_dir / LATEST).write_text(final.name + "\n")
+    _barrier(ctx)
+    return final
+
+
+def _writer(url: str, rank: int, step: int):
+    """DCP's fsspec writer; with the crash-injection variable set (wamkit.train.faults) the chosen
+    rank is SIGKILLed once its own shards are written, before the save is complete."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    class Writer(FsspecWriter):
+        def write_data(self, plan, planner):
+            written = super().write_data(plan, planner)
+            written.wait()
+            maybe_kill(KILL_RANK_DURING_SAVE, f"{rank}:{step}")
+            return written
+
+    return Writer(url)
+
+
+def _check_space(checkpoints_dir: Path, needed: int, ctx) -> None:
+    """Rank 0 measures the shared directory's free space and every rank gets its verdict, so all
+    ranks stop together instead of the others hanging in the save's collectives."""
+    free = disk.free_bytes(checkpoints_dir) if ctx is None or ctx.is_main else 0
+    if ctx is not None and ctx.distributed:
+        import torch
+        import torch.distributed as dist
+
+        numbers = torch.tensor([needed, free], dtype=torch.int64, device=ctx.device)
+        dist.broadcast(numbers, src=0)
+        needed, free = (int(v) for v in numbers.tolist())
+    disk.check_free_space(checkpoints_dir, needed, free)
 
 
 def find_latest(checkpoints_dir: Path, ctx=None) -> Path | None:
@@ -104,29 +160,62 @@ def check_complete(path: Path) -> None:
         )
 
 
+def checkpoint_reader(path):
+    """DCP's reader for a checkpoint directory, local or in an object store."""
+    if is_remote(path):
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return FsspecReader(str(path))
+    return dcp.FileSystemReader(str(path))
+
+
+def load_path_location(text: str):
+    """checkpoint.load_path (expanded) as a Path, or a UPath for a wamkit checkpoint in an object
+    store, which DCP reads in place; a diffusers or safetensors base there would have to be
+    downloaded whole, so it is refused with the fix."""
+    path = location(text, "checkpoint.load_path")
+    if not path.exists():
+        raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
+    if is_remote(path) and not (path / COMPLETE_MARKER).exists():
+        raise ConfigError("checkpoint.load_path", f"{path} is not a wamkit checkpoint (no {COMPLETE_MARKER}); from an object "
+                          "store only wamkit iteration directories load", "copy diffusers or safetensors base weights to a "
+                          "local or shared filesystem and point checkpoint.load_path there")
+    return path
+
+
 def checkpoint_step(path: Path) -> int:
     return int(json.loads((path / COMPLETE_MARKER).read_text())["step"])
 
 
 def load_checkpoint(path: Path, state: dict) -> None:
-    """Load in place into `state` (same structure as saved)."""
+    """Load in place into `state` (same structure as saved), resharded to this run's world size."""
     check_complete(path)
     try:
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=checkpoint_reader(path))
     except Exception as exc:  # DCP raises several types for missing / mismatched entries
         raise CheckpointError(str(path), f"could not be loaded into this run: {exc}", "check that the recipe matches the one that wrote it") from exc
 
 
 def remove_stale_temporaries(checkpoints_dir: Path) -> None:
-    """Half-written saves of a killed process are garbage: they were never named by `latest`."""
-    if checkpoints_dir.is_dir():
-        for tmp in checkpoints_dir.glob(".tmp_iter_*"):
-            shutil.rmtree(tmp, ignore_errors=True)
+    """Half-written saves of a killed process are garbage: they were never named by `latest`. In an
+    object store they are the iter_<N>/ prefixes without a completion marker."""
+    if is_remote(checkpoints_dir):
+        stale = [p for p in _iterations(checkpoints_dir) if not (p / COMPLETE_MARKER).exists()]
+    else:
+        stale = list(checkpoints_dir.glob(".tmp_iter_*")) if checkpoints_dir.is_dir() else []
+    for tmp in stale:
+        remove_tree(tmp)
+
+
+def _iterations(checkpoints_dir) -> list:
+    """The iter_<N> directories (or prefixes), oldest first."""
+    if not checkpoints_dir.exists():
+        return []
+    return sorted((p for p in checkpoints_dir.glob("iter_*") if p.is_dir()), key=lambda p: p.name)
 
 
 def prune_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
     if keep_last <= 0:
         return
-    done = sorted(p for p in checkpoints_dir.glob("iter_*") if p.is_dir())
-    for old in done[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old in _iterations(checkpoints_dir)[:-keep_last]:
+        remove_tree(old)

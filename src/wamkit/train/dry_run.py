@@ -12,6 +12,7 @@ from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
+from wamkit.train.disk import estimated_checkpoint_bytes, format_bytes, number_of_saves, required_bytes
 from wamkit.train.parallel import DTYPES
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 
@@ -43,7 +44,28 @@ def describe(cfg) -> str:
     for world in (1, 2, 8):
         est = memory_estimate(params, model.config, cfg, world, tokens * t.samples_per_step if tokens else 0)
         lines.append(f"{world} GPU{'s' if world > 1 else ''}: " + "  ".join(f"{k} {v:.2f}" for k, v in est.items()))
+    lines.extend(checkpoint_lines(params, cfg))
     return "\n".join(lines)
+
+
+def checkpoint_lines(params: dict, cfg) -> list[str]:
+    """Disk per save and what checkpoint.keep_last holds on to, so a run is sized against its disk
+    before it starts (each save also checks the free space itself: wamkit.train.disk)."""
+    size = estimated_checkpoint_bytes(params["total"], params["trainable"], cfg.ema.enabled)
+    saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter)
+    keep = cfg.checkpoint.keep_last
+    lines = ["# checkpoints (disk, whole checkpoint on the shared run directory, all ranks together)",
+             f"per save: {format_bytes(size)} (weights fp32 {format_bytes(4 * params['total'])} + AdamW "
+             f"{format_bytes(8 * params['trainable'])}" + (f" + EMA {format_bytes(4 * params['trainable'])}" if cfg.ema.enabled else "")
+             + f"); a save needs {format_bytes(required_bytes(size))} free"]
+    if keep > 0 and keep < saves:
+        lines.append(f"keep_last = {keep}: {keep} x {format_bytes(size)} = {format_bytes(keep * size)} kept, "
+                     f"{format_bytes((keep + 1) * size)} while a save is written (older ones are removed after it)")
+    else:
+        why = "keep_last = 0 keeps every checkpoint" if keep <= 0 else f"keep_last = {keep} >= the run's {saves} saves"
+        lines.append(f"{why}: {saves} saves x {format_bytes(size)} = {format_bytes(saves * size)} by "
+                     f"max_iter = {cfg.trainer.max_iter} (save_iter = {cfg.checkpoint.save_iter})")
+    return lines
 
 
 # Measured on one H200 at Nano width without activation checkpointing (benchmarks/RESULTS.md:

@@ -1,4 +1,5 @@
-"""Metrics sinks: one JSON object per logged step in metrics.jsonl, mirrored to TensorBoard."""
+"""Metrics sinks: one JSON object per logged step in metrics.jsonl, mirrored to TensorBoard and,
+when the recipe asks for it, to a W&B run (wamkit.train.tracking)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, resume_step: int):
+    def __init__(self, run_dir: Path, resume_step: int, wandb_run=None):
+        self.wandb = wandb_run
         self.path = run_dir / "metrics.jsonl"
         _truncate_after(self.path, resume_step)  # a killed run may have logged past its last checkpoint
         self.file = open(self.path, "a")
@@ -25,11 +27,23 @@ class MetricsLogger:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self.tb.add_scalar(key, value, record["step"])
+        if self.wandb is not None:
+            from wamkit.train.tracking import log_wandb
+
+            log_wandb(self.wandb, record)
+
+    def flush(self) -> None:
+        """Everything logged so far on disk (before the files are uploaded beside a checkpoint)."""
+        self.file.flush()
+        if self.tb is not None:
+            self.tb.flush()
 
     def close(self) -> None:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def _truncate_after(path: Path, step: int) -> None:

@@ -130,10 +130,7 @@ def zero_video_output(model) -> None:
 
 
 def base_weights_path(cfg) -> Path:
-    path = Path(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path")).expanduser()
-    if not path.exists():
-        raise ConfigError("checkpoint.load_path", f"{path} does not exist", "point it at base weights or leave it empty for random init")
-    return path
+    return ckpt.load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
 
 
 def plain_state_dict(model) -> dict:

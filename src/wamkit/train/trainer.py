@@ -19,6 +19,7 @@ from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
 from wamkit.model.packing import attention_backend, training_text_multiple
+from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
@@ -32,13 +33,20 @@ from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, b
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import Throughput, seconds_since_launch
+from wamkit.train.tracking import check_wandb, start_wandb
 
 
-# Knobs that may change when a run name is relaunched: how long, how often, how loud.
+# Knobs that may change when a run name is relaunched: how long, how often, how loud, and how the
+# ranks are arranged. A run relaunched on fewer nodes after one died sets the replicate degree to the
+# nodes it has and may raise grad_accum_iter to keep its global batch (the data position and the
+# noise are keyed by global sample position, so the steps are the same); the DCP checkpoint
+# reshards (docs/cluster.md).
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
+    "logging.wandb", "logging.project", "logging.group", "logging.run_name",
+    "parallel.data_parallel_replicate_degree", "trainer.grad_accum_iter",
 }
 
 
@@ -57,8 +65,11 @@ class Trainer:
     def __init__(self, cfg, device: str = "auto"):
         self.cfg = cfg
         self.ctx = init_distributed(device)
+        if self.ctx.is_main:
+            check_wandb(cfg)  # a missing package or login fails now, not after the model is built
         self.device = self.ctx.device
-        self.run_dir = cfg.job.run_dir()
+        self.run_dir = cfg.job.run_dir()  # a Path, or a UPath in an object store (wamkit.storage)
+        self.local_dir = cfg.job.local_dir()  # metrics.jsonl, TensorBoard, W&B: local, uploaded with each checkpoint
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
         t0 = time.perf_counter()
@@ -195,7 +206,9 @@ class Trainer:
         main = self.ctx.is_main
         how = self.resume_or_init()
         if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.local_dir.mkdir(parents=True, exist_ok=True)
+            if is_remote(self.run_dir):  # the logs up to the checkpoint this launch resumes from
+                download(self.run_dir, self.local_dir, "metrics.jsonl")
             (self.run_dir / "config.toml").write_text(format_config(self.cfg))
             (self.run_dir / "resolved_config.json").write_text(json.dumps(config_to_dict(self.cfg), indent=2))
             (self.run_dir / "data_contract.json").write_text(json.dumps(self.data.contract, indent=2))
@@ -206,7 +219,10 @@ class Trainer:
             if main:
                 print(f"[wamkit] run already at max_iter={cfg.max_iter}; nothing to do")
             return self.summary()
-        logger = MetricsLogger(self.run_dir, self.step) if main else None
+        logger = None
+        if main:
+            tracker = start_wandb(self.cfg, self.run_dir, self.local_dir, config_to_dict(self.cfg), self.data.contract)
+            logger = MetricsLogger(self.local_dir, self.step, tracker)
         stream = batch_stream(
             self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
             self.cfg.data.num_workers, self.dp_rank, self.dp_size,
@@ -233,6 +249,7 @@ class Trainer:
                         logger.log({"step": self.step, "val_loss": val_loss})
                 if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
                     self.save()
+                    self._publish_logs(logger)
                     maybe_kill(KILL_AFTER_SAVE, self.step)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}",
@@ -242,6 +259,13 @@ class Trainer:
             if logger is not None:
                 logger.close()
         return self.summary()
+
+    def _publish_logs(self, logger) -> None:
+        """A run in an object store gets its metrics.jsonl and TensorBoard files beside each
+        checkpoint (rank 0), so a resume on another machine continues the logs."""
+        if logger is not None and is_remote(self.run_dir):
+            logger.flush()
+            upload(self.local_dir, self.run_dir, ("metrics.jsonl", "tensorboard"))
 
     def train_step(self, stream) -> dict:
         cfg = self.cfg.trainer
@@ -307,7 +331,8 @@ class Trainer:
         return sum(losses) / len(losses)
 
     def summary(self) -> dict:
-        records = [r for r in read_metrics(self.run_dir / "metrics.jsonl") if "loss" in r] if (self.run_dir / "metrics.jsonl").exists() else []
+        metrics = self.local_dir / "metrics.jsonl"
+        records = [r for r in read_metrics(metrics) if "loss" in r] if metrics.exists() else []
         window = min(50, max(1, len(records) // 4))
         first = [r["loss"] for r in records[:window]]
         last = [r["loss"] for r in records[-window:]]
@@ -315,8 +340,8 @@ class Trainer:
             "run_dir": str(self.run_dir),
             "step": self.step,
             "latest_checkpoint": str(ckpt.latest_checkpoint(self.checkpoints_dir)),
-            "metrics": str(self.run_dir / "metrics.jsonl"),
-            "tensorboard": str(self.run_dir / "tensorboard"),
+            "metrics": str(metrics),
+            "tensorboard": str(self.local_dir / "tensorboard"),
             "loss_window": window,
             "first_loss_mean": sum(first) / len(first) if first else float("nan"),
             "last_loss_mean": sum(last) / len(last) if last else float("nan"),

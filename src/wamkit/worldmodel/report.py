@@ -282,8 +282,13 @@ def default_out_dir(wm: WorldModel, use_ema: bool = True) -> Path:
     src = wm.loaded.source
     if "export" in src:
         return Path(src["export"]) / "eval_wm"
-    ckpt = Path(src["checkpoint"])
-    return ckpt.parent.parent / "eval_wm" / (ckpt.name if use_ema else f"{ckpt.name}_raw")
+    from wamkit.storage import is_url, location
+
+    ckpt = location(src["checkpoint"], "checkpoint path")
+    name = ckpt.name if use_ema else f"{ckpt.name}_raw"
+    if is_url(src["checkpoint"]):  # reports are local files: eval_wm/<run>/<iteration> here, not in the bucket
+        return Path("eval_wm") / ckpt.parent.parent.name / name
+    return ckpt.parent.parent / "eval_wm" / name
 
 
 def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=None, num_steps: int = 30,

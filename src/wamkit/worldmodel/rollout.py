@@ -79,10 +79,9 @@ class WorldModel(ContractModel):
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
         """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
-        from wamkit.policy.loading import EXPORT_MANIFEST, load_from_checkpoint, load_from_export
+        from wamkit.policy.loading import is_export, load_from_checkpoint, load_from_export
 
-        path = Path(path).expanduser()
-        if (path / EXPORT_MANIFEST).is_file():
+        if is_export(path):
             return cls(load_from_export(path, device=device), **kw)
         return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
 
