@@ -39,8 +39,8 @@ class Policy(ContractModel):
                  cache_text: bool = True, cuda_graphs: bool | None = None, compile_pointwise: bool | None = None,
                  rtc_max_guidance: float = DEFAULT_MAX_GUIDANCE):
         """`rtc_max_guidance`: real-time chunking's guidance clip beta (the paper's 5; 0 turns the
-        steering off while keeping its cost). `cache_text`: compute the text pathway once per chunk instead of once per denoising step
-        (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
+        steering off while keeping its cost). `cache_text`: compute the text pathway once per chunk
+        instead of once per denoising step (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
         encode from CUDA graphs captured per shape (the first request of each new shape pays the
         capture). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
         rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys."""
@@ -121,7 +121,8 @@ class Policy(ContractModel):
         delay, horizon = obs.get("inference_delay"), obs.get("execution_horizon")
         if committed is None:
             if delay is not None or horizon is not None:
-                raise PolicyInputError(f"{where}['inference_delay']", "is given without 'committed_actions'",
+                key = "inference_delay" if delay is not None else "execution_horizon"
+                raise PolicyInputError(f"{where}[{key!r}]", "is given without 'committed_actions'",
                                        "send the committed actions with it, or neither (plain sampling)")
             return None
         actions = self._committed_actions(f"{where}['committed_actions']", committed)
@@ -139,13 +140,20 @@ class Policy(ContractModel):
         return InpaintTarget(target, soft_mask(self.chunk_length, d, h), self.rtc_max_guidance)
 
     def _committed_actions(self, where: str, committed) -> np.ndarray:
+        h, a = self.chunk_length, self.action_dim
+        return self._floats(where, committed, lambda shape: len(shape) == 2 and shape[1] == a and 1 <= shape[0] <= h,
+                            f"expected [K, {a}] with 1 <= K <= {h}",
+                            "send the rows of the previous chunk not yet executed, in raw robot units")
+
+    @staticmethod
+    def _floats(where: str, value, shape_ok, expected: str, fix: str) -> np.ndarray:
+        """`value` as finite float64 numbers of an accepted shape, or an error naming `where`."""
         try:
-            values = np.asarray(committed.detach().cpu() if isinstance(committed, torch.Tensor) else committed, dtype=np.float64)
+            values = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise PolicyInputError(where, f"is not numeric: {exc}") from exc
-        if values.ndim != 2 or values.shape[1] != self.action_dim or not 1 <= values.shape[0] <= self.chunk_length:
-            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, expected [K, {self.action_dim}] with 1 <= K <= {self.chunk_length}",
-                                   "send the rows of the previous chunk not yet executed, in raw robot units")
+        if not shape_ok(values.shape):
+            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, {expected}", fix)
         if not np.all(np.isfinite(values)):
             raise PolicyInputError(where, "contains NaN/inf")
         return values
@@ -202,15 +210,8 @@ class Policy(ContractModel):
     def _state(self, where: str, state) -> torch.Tensor:
         if state is None:
             raise PolicyInputError(where, "is missing", f"pass the robot state as {self.state_dim} floats in raw units")
-        try:
-            values = np.asarray(state.detach().cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise PolicyInputError(where, f"is not numeric: {exc}") from exc
-        if values.ndim != 1 or values.shape[0] != self.state_dim:
-            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, the model expects [{self.state_dim}]",
-                                   f"pass the {self.contract.get('state_key')!r} vector of one time step")
-        if not np.all(np.isfinite(values)):
-            raise PolicyInputError(where, "contains NaN/inf")
+        values = self._floats(where, state, lambda shape: shape == (self.state_dim,), f"the model expects [{self.state_dim}]",
+                              f"pass the {self.contract.get('state_key')!r} vector of one time step")
         normalized = torch.as_tensor(self.state_normalizer.normalize(values), dtype=torch.float32)
         return torch.nn.functional.pad(normalized, (0, self.max_action_dim - normalized.shape[0]))
 
