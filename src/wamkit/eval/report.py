@@ -55,18 +55,19 @@ def write_realtime_table(results, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     rows = [{"inference_delay": r.inference_delay, "mode": r.mode, "successes": r.successes, "episodes": r.episodes,
              "ci95": list(r.ci95), "seam_jerk": r.seam_jerk, "step_jerk": r.step_jerk, "seams": r.seams,
-             "mean_ticks": sum(e.ticks or 0 for e in r.per_episode) / len(r.per_episode)} for r in results]
+             "mean_ticks": sum(e.ticks or 0 for e in r.per_episode) / len(r.per_episode),
+             "mean_env_steps": r.mean_episode_length} for r in results]
     (out / "realtime.json").write_text(json.dumps(rows, indent=2))
     first = results[0]
     lines = [f"# Inference delay: {first.env_name}", "",
              f"chunks of {first.chunk_length}, {first.execute_horizon} actions executed per chunk, {first.num_steps} "
              f"denoising steps; budget {first.max_episode_steps} control steps (pauses count); episode seeds from {first.seed}", "",
-             "| delay (steps) | mode | success | 95% CI | seam jerk | step jerk | seams | mean steps |",
-             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+             "| delay (steps) | mode | success | 95% CI | seam jerk | step jerk | seams | control steps | steps moving |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         lines.append(f"| {row['inference_delay']} | {row['mode']} | {row['successes']}/{row['episodes']} | "
                      f"{row['ci95'][0]:.2f}-{row['ci95'][1]:.2f} | {_fmt_jerk(row['seam_jerk'])} | "
-                     f"{_fmt_jerk(row['step_jerk'])} | {row['seams']} | {row['mean_ticks']:.1f} |")
+                     f"{_fmt_jerk(row['step_jerk'])} | {row['seams']} | {row['mean_ticks']:.1f} | {row['mean_env_steps']:.1f} |")
     path = out / "realtime.md"
     path.write_text("\n".join(lines) + "\n")
     return path
