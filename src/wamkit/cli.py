@@ -110,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     eval_sim.add_argument("env", help="registered env name, e.g. metaworld/push-v3")
     eval_sim.add_argument("--episodes", type=int, required=True)
     eval_sim.add_argument("--seed", type=int, required=True, help="episode seeds; use one other than the recording seed")
-    eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning (default: chunk length)")
+    eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning "
+                          "(default: chunk length; half of it with --inference-delay)")
+    eval_sim.add_argument("--inference-delay", type=int, nargs="+", default=None, metavar="D",
+                          help="simulate D control steps of inference latency (several: one run each) with --modes; "
+                          "writes OUT/realtime.md")
+    eval_sim.add_argument("--modes", default="sync,naive,rtc", help="with --inference-delay: sync (stop while computing), "
+                          "naive (keep executing, then jump), rtc (real-time chunking)")
     eval_sim.add_argument("--out", default=None, help="report directory (default: eval/<env>)")
     eval_sim.add_argument("--resolution", type=int, default=None, help="frame size (default: the training dataset's)")
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")

@@ -143,3 +143,57 @@ def test_multi_task_recording_writes_one_dataset_with_every_task(tmp_path):
     assert summary.attempted == 2 and summary.kept == 2
     assert sorted(ds.episode_task(e) for e in ds.episode_indices) == sorted(ds.tasks.values())
     assert len(set(ds.tasks.values())) == 2 and ds.fps == 80
+
+
+class _Recording:
+    """The real policy, with each predict request kept (what the executor asked for, and when)."""
+
+    def __init__(self, policy):
+        self.policy, self.requests = policy, []
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def predict(self, observations, **kwargs):
+        self.requests.append(dict(observations[0]))
+        return self.policy.predict(observations, **kwargs)
+
+
+def test_inference_delay_modes_keep_time_and_send_the_committed_actions(run_dir):
+    from wamkit.policy import Policy
+
+    policy = Policy.from_checkpoint(run_dir, num_steps=2)
+    runs, requests = {}, {}
+    for mode in ("sync", "naive", "rtc"):
+        recording = _Recording(policy)
+        runs[mode] = evaluate(recording, ENV, 2, seed=1, execute_horizon=4, max_episode_steps=32, inference_delay=3,
+                              mode=mode, num_videos=0)
+        requests[mode] = recording.requests
+    for e in runs["sync"].per_episode:  # every chunk is waited for: 3 idle ticks each
+        assert e.ticks == e.length + 3 * e.replans
+    for mode in ("naive", "rtc"):  # only the first chunk is waited for; then a chunk every 4 ticks
+        for e in runs[mode].per_episode:
+            assert e.ticks == e.length + 3 and e.replans == 1 + -(-(e.length - 4) // 4)
+        # one seam per chunk taken over; a chunk requested in the last 3 ticks never arrives
+        assert sum(e.replans - 2 for e in runs[mode].per_episode) <= runs[mode].seams <= sum(e.replans - 1 for e in runs[mode].per_episode)
+    assert not any("committed_actions" in r for r in requests["sync"] + requests["naive"])
+    steered = [r for r in requests["rtc"] if "committed_actions" in r]
+    assert len(steered) == len(requests["rtc"]) - 2  # all but each episode's first request
+    assert all(r["committed_actions"].shape == (4, 4) and r["inference_delay"] == 3 for r in steered)
+    with pytest.raises(EvalError, match="inference-delay"):
+        evaluate(policy, ENV, 1, seed=1, execute_horizon=6, inference_delay=3, mode="naive")
+    with pytest.raises(EvalError, match="mode 'fast'"):
+        evaluate(policy, ENV, 1, seed=1, execute_horizon=4, inference_delay=1, mode="fast")
+
+
+def test_eval_sim_cli_writes_the_delay_table(run_dir, tmp_path):
+    from tests.helpers import run_cli
+
+    out = tmp_path / "rt"
+    run_cli(["eval", "sim", str(run_dir), ENV, "--episodes", "1", "--seed", "1", "--inference-delay", "0", "2",
+             "--max-steps", "12", "--num-steps", "1", "--out", str(out), "--device", "cpu"])
+    rows = json.loads((out / "realtime.json").read_text())
+    assert [(r["inference_delay"], r["mode"]) for r in rows] == [(d, m) for d in (0, 2) for m in ("sync", "naive", "rtc")]
+    table = (out / "realtime.md").read_text()
+    assert "| 2 | rtc |" in table and "seam jerk" in table
+    assert (out / "delay_2_rtc" / "report.md").read_text().count("inference delay 2 control steps, mode rtc") == 1

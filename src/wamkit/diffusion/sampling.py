@@ -9,11 +9,13 @@ per call."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from wamkit.diffusion.flow import as_velocity, shift_sigma
+from wamkit.diffusion.rtc import InpaintTarget, guided_velocities
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import latent_frames
@@ -25,7 +27,8 @@ class PolicyInput:
 
     frame: uint8 [H, W, 3] (several cameras already tiled side by side along W);
     state: normalized state padded to max_action_dim, or None when the model uses no state row;
-    prompt: the text exactly as the model sees it (prompt template already applied)."""
+    prompt: the text exactly as the model sees it (prompt template already applied);
+    inpaint: real-time chunking's committed actions and soft mask (wamkit.diffusion.rtc), or None."""
 
     frame: torch.Tensor
     state: torch.Tensor | None
@@ -33,6 +36,7 @@ class PolicyInput:
     chunk_length: int
     action_dim: int
     domain_id: int = 0
+    inpaint: InpaintTarget | None = None
 
 
 def sigma_schedule(num_steps: int, shift: float = 1.0) -> torch.Tensor:
@@ -57,6 +61,10 @@ def _check_inputs(observations: list[PolicyInput], max_action_dim: int) -> None:
             raise ValueError(f"observations[{i}].action_dim is {obs.action_dim}; it must be in [1, {max_action_dim}]")
         if obs.state is not None and tuple(obs.state.shape) != (max_action_dim,):
             raise ValueError(f"observations[{i}].state must have shape [{max_action_dim}] (padded), got {tuple(obs.state.shape)}")
+        if obs.inpaint is not None and (tuple(obs.inpaint.actions.shape) != (obs.chunk_length, max_action_dim)
+                                        or tuple(obs.inpaint.weights.shape) != (obs.chunk_length,)):
+            raise ValueError(f"observations[{i}].inpaint must hold actions [{obs.chunk_length}, {max_action_dim}] and weights "
+                             f"[{obs.chunk_length}], got {tuple(obs.inpaint.actions.shape)} and {tuple(obs.inpaint.weights.shape)}")
     if len({o.state is None for o in observations}) > 1:
         raise ValueError("either every observation has a state row or none does")
 
@@ -85,7 +93,9 @@ def sample_policy(
     same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off. `cache_text` computes the text
     pathway once per call instead of once per step (exact; see wamkit.model.denoise).
     `video_prediction` / `action_prediction`: what the network's video / action outputs are (the
-    run's `diffusion.video_prediction` / `action_prediction`)."""
+    run's `diffusion.video_prediction` / `action_prediction`). An observation with `inpaint` is
+    steered towards its committed actions (real-time chunking, wamkit.diffusion.rtc): one extra
+    backward per denoising step through the pack."""
     max_action_dim = int(model.config.action_dim)
     _check_inputs(observations, max_action_dim)
     if len({o.chunk_length for o in observations}) > 1:
@@ -125,26 +135,49 @@ def sample_policy(
     if use_cfg:
         seqs += [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], 1.0, obs, fps, dtype) for i, obs in enumerate(observations)]
     n = len(observations)
+    first = 1 if observations[0].state is not None else 0
+    steered = [i for i, o in enumerate(observations) if o.inpaint is not None]
     with DenoisingForward(model, processor, seqs, cache_text=cache_text) as forward:
         for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
-            out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
+            # RTC needs d x0_hat / d x_s: only the steered samples' noisy action rows take gradients
+            with torch.enable_grad() if steered else contextlib.nullcontext():
+                for i in steered:
+                    rows[i] = rows[i].detach().requires_grad_(True)
+                out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
+                v_videos, v_actions = _velocities(out, videos, rows, sigma, guidance if use_cfg else None,
+                                                  video_prediction, action_prediction)
+                if steered:
+                    guided = guided_velocities([rows[i] for i in steered], [v_actions[i] for i in steered], sigma,
+                                               [observations[i].inpaint for i in steered], [masks[i] for i in steered], first)
+                    for i, v in zip(steered, guided):
+                        v_actions[i] = v
             dt = sigma_next - sigma
             for i in range(n):
-                v_video = as_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
-                v_action = as_velocity(out.action[i].float(), rows[i], sigma, action_prediction)
-                if use_cfg:
-                    v_uncond = as_velocity(out.sample[n + i][0].float(), videos[i], sigma, video_prediction)
-                    v_video = v_uncond + guidance * (v_video - v_uncond)
-                    a_uncond = as_velocity(out.action[n + i].float(), rows[i], sigma, action_prediction)
-                    v_action = a_uncond + guidance * (v_action - a_uncond)
-                videos[i] = videos[i] + dt * v_video
+                videos[i] = videos[i] + dt * v_videos[i].detach()
                 videos[i][:, 0] = x0_frames[i]
-                rows[i] = (rows[i] + dt * v_action) * masks[i]
+                rows[i] = (rows[i].detach() + dt * v_actions[i].detach()) * masks[i]
                 if clean_rows[i]:
                     rows[i][0] = observations[i].state.to(device=device, dtype=rows[i].dtype)
 
-    first = 1 if observations[0].state is not None else 0
     return torch.stack([r[first:] for r in rows])
+
+
+def _velocities(out, videos, rows, sigma: float, cfg: float | None, video_prediction: str, action_prediction: str):
+    """Per-sample video and action velocities of one forward; with `cfg`, the conditional and
+    unconditional halves of the pack mixed as v_u + cfg (v_c - v_u)."""
+    n = len(videos)
+    v_videos, v_actions = [], []
+    for i in range(n):
+        v_video = as_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
+        v_action = as_velocity(out.action[i].float(), rows[i], sigma, action_prediction)
+        if cfg is not None:
+            v_uncond = as_velocity(out.sample[n + i][0].float(), videos[i], sigma, video_prediction)
+            v_video = v_uncond + cfg * (v_video - v_uncond)
+            a_uncond = as_velocity(out.action[n + i].float(), rows[i], sigma, action_prediction)
+            v_action = a_uncond + cfg * (v_action - a_uncond)
+        v_videos.append(v_video)
+        v_actions.append(v_action)
+    return v_videos, v_actions
 
 
 def _sequence(text_ids, video, rows, clean_rows, sigma, obs: PolicyInput, fps: float, dtype) -> SequenceSample:

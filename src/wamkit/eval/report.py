@@ -32,13 +32,43 @@ def write_report(result, out_dir: str | Path) -> Path:
         f"- re-planning: chunks of {result.chunk_length}, executing {result.execute_horizon} actions open-loop; "
         f"{result.num_steps} denoising steps per chunk",
         f"- frames {result.resolution}x{result.resolution} px; episode seeds from seed {result.seed}; "
-        f"{result.seconds:.1f} s wall", "",
+        f"{result.seconds:.1f} s wall",
+        f"- inference delay {result.inference_delay} control steps, mode {result.mode}; mean squared action change "
+        f"at chunk seams {_fmt_jerk(result.seam_jerk)} ({result.seams} seams), over all steps {_fmt_jerk(result.step_jerk)}", "",
         "| episode | seed | success | length | chunks | video |", "| --- | --- | --- | --- | --- | --- |",
     ]
     for e in result.per_episode:
         video = f"[{e.video}]({e.video})" if e.video else ""
         lines.append(f"| {e.index} | {e.seed} | {'yes' if e.success else 'no'} | {e.length} | {e.replans} | {video} |")
     path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _fmt_jerk(x) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def write_realtime_table(results, out_dir: str | Path) -> Path:
+    """realtime.md (and realtime.json): success and seam jerk per (inference delay, mode)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [{"inference_delay": r.inference_delay, "mode": r.mode, "successes": r.successes, "episodes": r.episodes,
+             "ci95": list(r.ci95), "seam_jerk": r.seam_jerk, "step_jerk": r.step_jerk, "seams": r.seams,
+             "mean_ticks": sum(e.ticks or 0 for e in r.per_episode) / len(r.per_episode),
+             "mean_env_steps": r.mean_episode_length} for r in results]
+    (out / "realtime.json").write_text(json.dumps(rows, indent=2))
+    first = results[0]
+    lines = [f"# Inference delay: {first.env_name}", "",
+             f"chunks of {first.chunk_length}, {first.execute_horizon} actions executed per chunk, {first.num_steps} "
+             f"denoising steps; budget {first.max_episode_steps} control steps (pauses count); episode seeds from {first.seed}", "",
+             "| delay (steps) | mode | success | 95% CI | seam jerk | step jerk | seams | control steps | steps moving |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        lines.append(f"| {row['inference_delay']} | {row['mode']} | {row['successes']}/{row['episodes']} | "
+                     f"{row['ci95'][0]:.2f}-{row['ci95'][1]:.2f} | {_fmt_jerk(row['seam_jerk'])} | "
+                     f"{_fmt_jerk(row['step_jerk'])} | {row['seams']} | {row['mean_ticks']:.1f} | {row['mean_env_steps']:.1f} |")
+    path = out / "realtime.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -3,7 +3,9 @@
 Every `execute_horizon` env steps the policy is asked for a new chunk from the current raw
 observation (image, state, task text); the first `execute_horizon` actions of the chunk are executed
 open-loop, then it re-plans. An episode ends on the env's success flag or when the step budget is
-spent. Episode i is reset with `wamkit.sim.record.episode_seed(seed, i)`: evaluate with a seed other
+spent. With `inference_delay` D each chunk takes D control ticks to arrive and `mode` says what
+the robot does meanwhile (wamkit.eval.realtime: sync, naive async, real-time chunking). Episode i is
+reset with `wamkit.sim.record.episode_seed(seed, i)`: evaluate with a seed other
 than the one the training data was recorded with to get unseen object/goal placements.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from wamkit.errors import WamkitError
+from wamkit.eval.realtime import MODES, check_schedule, run_episode
 
 
 class EvalError(WamkitError):
@@ -43,6 +46,8 @@ class EpisodeResult:
     length: int
     replans: int
     video: str | None = None
+    ticks: int | None = None  # control ticks, pauses for inference included
+    seam_jerk: float | None = None  # mean |a_first_new - a_last_old|^2 over the episode's chunk seams
 
 
 @dataclass
@@ -66,11 +71,20 @@ class EvalResult:
     seconds: float
     per_episode: list[EpisodeResult] = field(default_factory=list)
     out_dir: str | None = None
+    mode: str = "sync"
+    inference_delay: int = 0
+    seam_jerk: float | None = None  # mean squared action change at chunk seams, over all seams
+    step_jerk: float | None = None  # the same over every pair of consecutive actions (the baseline)
+    seams: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["ci95"] = list(self.ci95)
         return d
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10):
@@ -113,11 +127,12 @@ def _check_pairing(policy, spec) -> None:
 def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizon: int | None = None, *,
              out_dir: str | Path | None = None, resolution: int | None = None, max_episode_steps: int | None = None,
              num_videos: int = 3, num_steps: int | None = None, camera: str | None = None,
-             verbose: bool = False) -> EvalResult:
+             verbose: bool = False, inference_delay: int = 0, mode: str = "sync") -> EvalResult:
     """Run `episodes` closed-loop episodes; with `out_dir`, write rollout mp4s, results.json and report.md.
 
     `policy` is a Policy or a path (export / run / checkpoint directory). `execute_horizon` defaults to
-    the policy's chunk length. `resolution` defaults to the frame size of the policy's training data."""
+    the policy's chunk length. `resolution` defaults to the frame size of the policy's training data.
+    `inference_delay` / `mode`: simulated latency in control ticks and what the robot does meanwhile."""
     from wamkit.data.writer import encode_video
     from wamkit.eval.report import write_report
     from wamkit.sim.control_rate import at_control_rate, control_repeat
@@ -135,6 +150,10 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     if not 1 <= horizon <= policy.chunk_length:
         raise EvalError("evaluate: execute_horizon", f"{horizon} is outside [1, {policy.chunk_length}] (the chunk length)",
                         "execute at most one predicted chunk before re-planning")
+    problem = check_schedule(mode, inference_delay, horizon, policy.chunk_length)
+    if problem:
+        raise EvalError("evaluate: --inference-delay / --horizon", problem,
+                        "use a shorter --horizon (at most chunk length - delay) or a smaller delay")
     if resolution is None:
         resolution = _training_resolution(policy)
         if resolution is None:
@@ -148,29 +167,23 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     per_episode: list[EpisodeResult] = []
+    seam_changes: list[float] = []
+    step_changes: list[float] = []
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):
             ep_seed = episode_seed(seed, i)
-            obs = env.reset(ep_seed)
-            frames = [obs["image"]]
-            success, length, replans, done = False, 0, 0, False
-            while not done:
-                chunk = policy.predict([obs], seed=ep_seed * 1009 + replans, num_steps=steps)[0]
-                replans += 1
-                for action in chunk[:horizon]:
-                    result = env.step(action)
-                    obs, length = result.obs, length + 1
-                    frames.append(obs["image"])
-                    success = success or result.success
-                    if result.done:
-                        done = True
-                        break
+            rollout = run_episode(policy, env, env.reset(ep_seed), mode=mode, delay=inference_delay, horizon=horizon,
+                                  seed=ep_seed, num_steps=steps, budget=env.max_episode_steps)
+            success, length, replans, frames = rollout.success, rollout.length, rollout.replans, rollout.frames
+            seam_changes += rollout.seam_changes
+            step_changes += rollout.step_changes
             video = None
             if out is not None and i < num_videos:
                 video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
                 encode_video(out / video, np.stack(frames), int(round(env.spec.fps)), "libx264")
-            per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video))
+            per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video, rollout.ticks,
+                                             _mean(rollout.seam_changes)))
             if verbose:
                 print(f"[wamkit eval] {env_name} episode {i}: {'success' if success else 'failure'} in {length} steps "
                       f"({replans} chunks)", flush=True)
@@ -186,10 +199,43 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else None, execute_horizon=horizon,
         chunk_length=policy.chunk_length, max_episode_steps=budget, resolution=int(resolution), seed=seed,
         num_steps=steps, policy_source=source, training_step=int(step) if step is not None and int(step) >= 0 else None,
-        seconds=time.perf_counter() - t0, per_episode=per_episode, out_dir=str(out) if out is not None else None)
+        seconds=time.perf_counter() - t0, per_episode=per_episode, out_dir=str(out) if out is not None else None,
+        mode=mode, inference_delay=int(inference_delay), seam_jerk=_mean(seam_changes), step_jerk=_mean(step_changes),
+        seams=len(seam_changes))
     if out is not None:
         write_report(result, out)
     return result
+
+
+def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], out_dir: str | Path,
+                    execute_horizon: int | None = None, **kwargs) -> list[EvalResult]:
+    """`evaluate` once per (delay, mode), each into out_dir/delay_<D>_<mode>/, and the comparison table
+    (success and seam jerk per mode) in out_dir/realtime.md. The horizon defaults to half the chunk,
+    so the async modes have room for the delay and RTC an overlap to blend."""
+    from wamkit.eval.report import write_realtime_table
+
+    horizon = execute_horizon or max(1, policy.chunk_length // 2)
+    for delay in delays:  # refuse a bad combination before spending time on the others
+        for mode in modes:
+            problem = check_schedule(mode, delay, horizon, policy.chunk_length)
+            if problem:
+                raise EvalError("evaluate: --inference-delay / --modes / --horizon", problem,
+                                f"use modes from {list(MODES)} and a --horizon of at most chunk length - delay")
+    results = []
+    for delay in delays:
+        for mode in modes:
+            results.append(evaluate(policy, env_name, out_dir=Path(out_dir) / f"delay_{delay}_{mode}", execute_horizon=horizon,
+                                    inference_delay=delay, mode=mode, **kwargs))
+            r = results[-1]
+            if kwargs.get("verbose"):
+                print(f"[wamkit eval] delay {delay} {mode}: success {r.successes}/{r.episodes}, seam jerk "
+                      f"{_fmt(r.seam_jerk)} over {r.seams} seams, step jerk {_fmt(r.step_jerk)}", flush=True)
+    write_realtime_table(results, out_dir)
+    return results
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def eval_sim_main(args) -> int:
@@ -200,6 +246,13 @@ def eval_sim_main(args) -> int:
     common = dict(episodes=args.episodes, seed=args.seed, execute_horizon=args.horizon,
                   resolution=getattr(args, "resolution", None), max_episode_steps=getattr(args, "max_steps", None),
                   num_steps=getattr(args, "num_steps", None) or 10, verbose=True)
+    delays = getattr(args, "inference_delay", None)
+    if delays is not None:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        policy = load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"])
+        evaluate_delays(policy, args.env, delays, modes, out, **common)
+        print(f"report: {out / 'realtime.md'}")
+        return 0
     if getattr(args, "all_checkpoints", False):
         results = evaluate_checkpoints(args.path, args.env, out_dir=out, **common)
         for r in results:

@@ -2,7 +2,11 @@
 
 predict() validates each observation, normalizes the state with the run's own statistics (the data
 contract), pads it to max_action_dim, samples normalized actions with the flow sampler, slices the
-real channels and denormalizes them back to robot units."""
+real channels and denormalizes them back to robot units.
+
+An observation may also carry the actions the robot has committed to while this chunk is computed
+(`committed_actions`, `inference_delay`, optional `execution_horizon`): the chunk is then sampled
+with real-time chunking (wamkit.diffusion.rtc), steered to continue them without a jump."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import numpy as np
 import torch
 
 from wamkit.data.canvas import compose_canvas, contract_padding
+from wamkit.diffusion.rtc import DEFAULT_MAX_GUIDANCE, InpaintTarget, soft_mask
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
@@ -26,18 +31,26 @@ class PolicyInputError(WamkitError, ValueError):
     """An observation passed to Policy.predict is malformed; `where` names the field."""
 
 
+RTC_KEYS = ("committed_actions", "inference_delay", "execution_horizon")
+
+
 class Policy(ContractModel):
     def __init__(self, loaded: LoadedModel, num_steps: int = 10, guidance: float = 1.0, attention: str = "auto",
-                 cache_text: bool = True, cuda_graphs: bool | None = None, compile_pointwise: bool | None = None):
-        """`cache_text`: compute the text pathway once per chunk instead of once per denoising step
-        (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
+                 cache_text: bool = True, cuda_graphs: bool | None = None, compile_pointwise: bool | None = None,
+                 rtc_max_guidance: float = DEFAULT_MAX_GUIDANCE):
+        """`rtc_max_guidance`: real-time chunking's guidance clip beta (the paper's 5; 0 turns the
+        steering off while keeping its cost). `cache_text`: compute the text pathway once per chunk
+        instead of once per denoising step (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
         encode from CUDA graphs captured per shape (the first request of each new shape pays the
         capture). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
         rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys."""
+        if not float(rtc_max_guidance) >= 0:
+            raise WamkitError("rtc_max_guidance", f"is {rtc_max_guidance}", "use a guidance clip >= 0 (the paper uses 5)")
         self._init_contract(loaded)
         self.num_steps = int(num_steps)
         self.guidance = float(guidance)
         self.cache_text = bool(cache_text)
+        self.rtc_max_guidance = float(rtc_max_guidance)
         param = next(self.model.parameters())
         device = param.device
         self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
@@ -96,7 +109,60 @@ class Policy(ContractModel):
             raise PolicyInputError(f"{where}['prompt']", f"must be a str, got {type(prompt).__name__}")
         text = self.contract["prompt_template"].format(task=prompt)
         return PolicyInput(frame=frame, state=state, prompt=text, chunk_length=self.chunk_length,
-                           action_dim=self.action_dim, domain_id=int(self.contract["domain_id"]))
+                           action_dim=self.action_dim, domain_id=int(self.contract["domain_id"]),
+                           inpaint=self._inpaint(where, obs))
+
+    def _inpaint(self, where: str, obs: Mapping) -> InpaintTarget | None:
+        """Real-time chunking's target from `committed_actions` (raw [K, action_dim]: the previous
+        chunk's actions not yet executed when this observation was taken, in order),
+        `inference_delay` d (how many of them run before this chunk arrives; frozen) and
+        `execution_horizon` (how many of them steer the chunk at all; default K)."""
+        committed = obs.get("committed_actions")
+        delay, horizon = obs.get("inference_delay"), obs.get("execution_horizon")
+        if committed is None:
+            if delay is not None or horizon is not None:
+                key = "inference_delay" if delay is not None else "execution_horizon"
+                raise PolicyInputError(f"{where}[{key!r}]", "is given without 'committed_actions'",
+                                       "send the committed actions with it, or neither (plain sampling)")
+            return None
+        actions = self._committed_actions(f"{where}['committed_actions']", committed)
+        k = actions.shape[0]
+        if delay is None:
+            raise PolicyInputError(f"{where}['inference_delay']", "is missing",
+                                   "send how many control steps the robot executes while this chunk is computed")
+        d = self._count(f"{where}['inference_delay']", delay, 0, min(k, self.chunk_length - 1),
+                        f"0 <= delay <= len(committed_actions) = {k} and < the chunk length {self.chunk_length}")
+        h = k if horizon is None else self._count(f"{where}['execution_horizon']", horizon, d, k,
+                                                   f"inference_delay {d} <= horizon <= len(committed_actions) {k}")
+        normalized = torch.as_tensor(self.action_normalizer.normalize(actions), dtype=torch.float32)
+        target = torch.zeros(self.chunk_length, self.max_action_dim)
+        target[:k, : self.action_dim] = normalized
+        return InpaintTarget(target, soft_mask(self.chunk_length, d, h), self.rtc_max_guidance)
+
+    def _committed_actions(self, where: str, committed) -> np.ndarray:
+        h, a = self.chunk_length, self.action_dim
+        return self._floats(where, committed, lambda shape: len(shape) == 2 and shape[1] == a and 1 <= shape[0] <= h,
+                            f"expected [K, {a}] with 1 <= K <= {h}",
+                            "send the rows of the previous chunk not yet executed, in raw robot units")
+
+    @staticmethod
+    def _floats(where: str, value, shape_ok, expected: str, fix: str) -> np.ndarray:
+        """`value` as finite float64 numbers of an accepted shape, or an error naming `where`."""
+        try:
+            values = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise PolicyInputError(where, f"is not numeric: {exc}") from exc
+        if not shape_ok(values.shape):
+            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, {expected}", fix)
+        if not np.all(np.isfinite(values)):
+            raise PolicyInputError(where, "contains NaN/inf")
+        return values
+
+    @staticmethod
+    def _count(where: str, value, low: int, high: int, rule: str) -> int:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not low <= int(value) <= high:
+            raise PolicyInputError(where, f"is {value!r}", f"send an int with {rule}")
+        return int(value)
 
     def _image(self, where: str, image) -> torch.Tensor:
         views = self._views(where, image)
@@ -144,15 +210,8 @@ class Policy(ContractModel):
     def _state(self, where: str, state) -> torch.Tensor:
         if state is None:
             raise PolicyInputError(where, "is missing", f"pass the robot state as {self.state_dim} floats in raw units")
-        try:
-            values = np.asarray(state.detach().cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise PolicyInputError(where, f"is not numeric: {exc}") from exc
-        if values.ndim != 1 or values.shape[0] != self.state_dim:
-            raise PolicyInputError(where, f"shape is {tuple(values.shape)}, the model expects [{self.state_dim}]",
-                                   f"pass the {self.contract.get('state_key')!r} vector of one time step")
-        if not np.all(np.isfinite(values)):
-            raise PolicyInputError(where, "contains NaN/inf")
+        values = self._floats(where, state, lambda shape: shape == (self.state_dim,), f"the model expects [{self.state_dim}]",
+                              f"pass the {self.contract.get('state_key')!r} vector of one time step")
         normalized = torch.as_tensor(self.state_normalizer.normalize(values), dtype=torch.float32)
         return torch.nn.functional.pad(normalized, (0, self.max_action_dim - normalized.shape[0]))
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from wamkit.errors import WamkitError
-from wamkit.policy.policy import Policy, PolicyInputError
+from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError
 from wamkit.serve.protocol import ProtocolError, error_text, packb, unpackb
 
 log = logging.getLogger("wamkit.serve")
@@ -38,7 +38,7 @@ HARD_LIMIT_FACTOR = 2  # messages above factor * max_request_bytes close the con
 
 IMAGE_KEYS = ("image", "observation/image")
 STATE_KEYS = ("state", "observation/state")
-REQUEST_KEYS = ("images", *IMAGE_KEYS, *STATE_KEYS, "prompt", "seed")
+REQUEST_KEYS = ("images", *IMAGE_KEYS, *STATE_KEYS, "prompt", "seed", *RTC_KEYS)
 
 
 # ---- request -> Policy observation ------------------------------------------------------------
@@ -60,7 +60,9 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     Images: `images` = {camera_key: uint8 [H, W, 3]} (contract keys, or their last dotted part,
     e.g. 'front' for 'observation.images.front'), or `image` / `observation/image` = uint8 [H, W, 3]
     or [V, H, W, 3] in contract camera order. State: `state` / `observation/state`. Prompt: `prompt`.
-    Optional `seed` (int) overrides the server's seed for this request."""
+    Optional `seed` (int) overrides the server's seed for this request. Optional real-time chunking
+    keys (`committed_actions`, `inference_delay`, `execution_horizon`) pass through to the policy,
+    which validates them; clients that do not send them get plain chunks."""
     if not isinstance(request, Mapping):
         raise ProtocolError("request", f"must be a dict (msgpack map), got {type(request).__name__}",
                             f"send a dict with keys from {list(REQUEST_KEYS)}")
@@ -84,7 +86,7 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     seed = request.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63):
         raise ProtocolError("request['seed']", f"must be a non-negative int, got {seed!r}")
-    obs = {"image": image, "state": state, "prompt": request.get("prompt")}
+    obs = {"image": image, "state": state, "prompt": request.get("prompt"), **{k: request[k] for k in RTC_KEYS if k in request}}
     return obs, None if seed is None else int(seed)
 
 
@@ -162,6 +164,7 @@ def metadata(policy: Policy, num_steps: int, seed: int, max_request_bytes: int, 
         "spatial_factor": int(getattr(policy.video_tokenizer, "spatial_factor", 1)),
         "max_request_bytes": int(max_request_bytes), "batch_window_ms": float(batch_window_ms),
         "request_keys": list(REQUEST_KEYS), "source": dict(policy.loaded.source),
+        "rtc_max_guidance": policy.rtc_max_guidance,
     }
 
 
