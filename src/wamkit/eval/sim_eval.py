@@ -21,6 +21,7 @@ import numpy as np
 
 from wamkit.errors import WamkitError
 from wamkit.eval.realtime import MODES, check_schedule, run_episode
+from wamkit.policy.policy import load_policy
 
 
 class EvalError(WamkitError):
@@ -85,16 +86,6 @@ class EvalResult:
 
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
-
-
-def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10):
-    """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
-    from wamkit.policy import Policy
-    from wamkit.policy.loading import is_export
-
-    if is_export(path):
-        return Policy.from_export(path, device=device, num_steps=num_steps)
-    return Policy.from_checkpoint(path, device=device, num_steps=num_steps)
 
 
 def _training_resolution(policy) -> int | None:

@@ -24,7 +24,7 @@ from wamkit.model.cuda_graphs import DecoderStackGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
 from wamkit.model.packing import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
-from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export
+from wamkit.policy.loading import LoadedModel, is_export, load_from_checkpoint, load_from_export
 
 
 class PolicyInputError(WamkitError, ValueError):
@@ -240,3 +240,11 @@ class Policy(ContractModel):
         real = normalized[..., : self.action_dim].double().cpu()
         raw = self.action_normalizer.denormalize(real)
         return [chunk.numpy().astype(np.float32) for chunk in raw]
+
+
+def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True) -> Policy:
+    """What `wamkit serve` and `wamkit eval` load: an export directory (has wamkit.json), a run
+    directory or a checkpoints/iter_<N> directory, local or in object storage."""
+    if is_export(path):
+        return Policy.from_export(path, device=device, num_steps=num_steps)
+    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from wamkit.errors import WamkitError
-from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError
+from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError, load_policy
 from wamkit.serve.protocol import ProtocolError, error_text, packb, unpackb
 
 log = logging.getLogger("wamkit.serve")
@@ -328,15 +328,6 @@ class PolicyServer:
 
 
 # ---- entry point ------------------------------------------------------------------------------
-
-def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True) -> Policy:
-    """An export directory (has wamkit.json) or a run / checkpoint directory."""
-    from wamkit.policy.loading import is_export
-
-    if is_export(path):
-        return Policy.from_export(path, device=device, num_steps=num_steps)
-    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps)
-
 
 def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
                batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
