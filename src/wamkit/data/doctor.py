@@ -238,6 +238,14 @@ class _Doctor:
         if not isinstance(raw, dict):
             self.error("stats_invalid", path, "top level is not an object", "recompute meta/stats.json")
             return
+        from wamkit.data.stats import default_stat_keys
+
+        unread = sorted(k for k in default_stat_keys({"features": self.features}) if k not in raw
+                        and k not in (e.action_key, e.state_key))
+        if unread:
+            self.warn("stats_key_missing", path, f"no statistics for {unread}, features this recipe does not read "
+                      "(a recipe that normalizes them would stop)", "recompute meta/stats.json (`wamkit data stats "
+                      "PATH --overwrite`)")
         for key, mode in needs:
             if key not in raw:
                 self.error("stats_key_missing", f'{path}: stats["{key}"]', f"no statistics for {key!r} (have "
