@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from wamkit.data.lerobot_v3 import CAMERA_DTYPES, check_version
+from wamkit.data import doctor_signals as signals
+from wamkit.data.doctor_signals import ChannelSummary, Finding
+from wamkit.data.lerobot_v3 import CAMERA_DTYPES, check_templates, check_version
 from wamkit.data.normalize import CONSTANT_RTOL, constant_channels
 from wamkit.errors import DataError
 
@@ -29,6 +31,10 @@ EPISODE_REQUIRED = ("episode_index", "length", "data/chunk_index", "data/file_in
 VIDEO_FIELDS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 TIMESTAMP_WARN_S = 1e-4  # LeRobot's own tolerance
 TIMESTAMP_ERROR_PERIODS = 0.1  # error when off by more than this fraction of a frame period
+# errors after which the doctor has not read every row of the dataset
+PARTIAL_DATA = {"data_file_missing", "data_file_unreadable", "data_column_missing", "data_dim_mismatch",
+                "data_episode_unknown", "episode_index_duplicate", "row_count_mismatch", "episodes_missing"}
+ARROW_FLOATS = {"float32": "float", "float64": "double"}  # info.json dtype -> arrow's name for it
 STATS_RANGE_RTOL = 1e-5  # data outside stats [min, max] by more than this x max(1, |bound|) is not rounding
 
 
@@ -52,15 +58,6 @@ class DatasetExpectation:
                    camera_keys=list(d.camera_keys), chunk_length=int(d.chunk_length), fps=float(d.fps),
                    max_action_dim=int(cfg.model.max_action_dim), normalization=d.normalization,
                    state_normalization=d.state_normalization or "")
-
-
-@dataclass
-class Finding:
-    severity: str  # "error" | "warning"
-    code: str
-    where: str
-    problem: str
-    fix: str = ""
 
 
 @dataclass
@@ -108,7 +105,9 @@ class _Doctor:
         self.episode_source: dict[int, str] = {}
         self.stat_bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # stats.json min/max per normalized key
         self.stat_constants: dict[str, dict[int, float]] = {}  # channels the stats record as constant
-        self.data_bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the parquets' finite min/max
+        self.stat_fields: dict[str, dict[str, np.ndarray]] = {}  # stats.json fields that parse, per normalized key
+        self.stat_used: dict[str, set[str]] = {}  # the fields the recipe's normalization reads, per key
+        self.data_summary: dict[str, ChannelSummary] = {}  # the parquets' finite values, per channel
 
     # ---- helpers ---------------------------------------------------------------------------------
     def add(self, severity: str, code: str, where: Any, problem: str, fix: str = "") -> None:
@@ -155,6 +154,10 @@ class _Doctor:
         missing = [k for k in INFO_REQUIRED if k not in info]
         if missing:
             self.error("info_missing_keys", path, f"missing keys {missing}", "regenerate meta/info.json (LeRobot v3.0)")
+        try:
+            check_templates(path, info)
+        except DataError as exc:
+            self.error("info_absolute_path", exc.where, exc.problem, exc.fix)
         fps = info.get("fps")
         if "fps" in info:
             if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
@@ -235,6 +238,14 @@ class _Doctor:
         if not isinstance(raw, dict):
             self.error("stats_invalid", path, "top level is not an object", "recompute meta/stats.json")
             return
+        from wamkit.data.stats import default_stat_keys
+
+        unread = sorted(k for k in default_stat_keys({"features": self.features}) if k not in raw
+                        and k not in (e.action_key, e.state_key))
+        if unread:
+            self.warn("stats_key_missing", path, f"no statistics for {unread}, features this recipe does not read "
+                      "(a recipe that normalizes them would stop)", "recompute meta/stats.json (`wamkit data stats "
+                      "PATH --overwrite`)")
         for key, mode in needs:
             if key not in raw:
                 self.error("stats_key_missing", f'{path}: stats["{key}"]', f"no statistics for {key!r} (have "
@@ -252,6 +263,7 @@ class _Doctor:
                 continue
             if mode == "asinh" and "asinh_scale" in fields:
                 wanted = ("asinh_scale",)
+            self.stat_used[key] = set(wanted)
             values = {}
             for name in wanted:
                 where = f'{path}: stats["{key}"]["{name}"]'
@@ -280,13 +292,22 @@ class _Doctor:
             self._check_range(path, key, mode, values)
 
     def _read_bounds(self, key: str, fields: dict) -> None:
-        """Remember min/max (compared with the data later) and the channels the stats call constant."""
+        """Remember min/max and the moments (compared with the data later) and the channels the stats call
+        constant; a field that does not parse is left out (reported by the field checks when the mode needs it)."""
+        dim = self.feature_dim(key)
+        self.stat_fields[key] = {}
+        for name in ("min", "max", "mean", "std", "q01", "q99"):
+            try:
+                v = np.asarray(fields.get(name), dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                continue
+            if name in fields and v.size == dim and np.isfinite(v).all():
+                self.stat_fields[key][name] = v
         try:
             bounds = {n: np.asarray(fields[n], dtype=np.float64).reshape(-1) for n in ("min", "max") if n in fields}
             constant = constant_channels(fields)
         except (TypeError, ValueError):
-            return  # reported by the field checks when the mode needs them
-        dim = self.feature_dim(key)
+            return
         self.stat_constants[key] = {c: v for c, v in constant.items() if dim is None or c < dim}
         if len(bounds) == 2 and all(b.size == dim and np.isfinite(b).all() for b in bounds.values()):
             self.stat_bounds[key] = (bounds["min"], bounds["max"])
@@ -323,7 +344,8 @@ class _Doctor:
         errors; a channel constant in both is a warning naming its value (it trains and serves fine)."""
         path = self.root / "meta" / "stats.json"
         for key, constant in self.stat_constants.items():
-            data = self.data_bounds.get(key)
+            summary = self.data_summary.get(key)
+            data = None if summary is None else (summary.lo, summary.hi)
             if data is not None and any(c >= data[0].size for c in constant):
                 continue  # a width mismatch, reported on its own
             for c, value in sorted(constant.items()):
@@ -339,7 +361,8 @@ class _Doctor:
                               f"nothing to fix: it is normalized to 0 and unnormalized back to exactly {value}; drop it "
                               "from the feature if the robot never moves it")
         for key, (lo, hi) in self.stat_bounds.items():
-            data = self.data_bounds.get(key)
+            summary = self.data_summary.get(key)
+            data = None if summary is None else (summary.lo, summary.hi)
             if data is None or data[0].shape != lo.shape:
                 continue
             tol = STATS_RANGE_RTOL * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
@@ -350,6 +373,18 @@ class _Doctor:
                            f"{key!r} spans [{data[0][c]}, {data[1][c]}] at channel {c}, outside the stats' "
                            f"[{lo[c]}, {hi[c]}] ({outside.size} channel(s) outside)",
                            "recompute meta/stats.json for this data (`wamkit data stats PATH --overwrite`)")
+        if self.report.codes("error") & PARTIAL_DATA:
+            return  # the moments of the rows that were read say nothing about the stats of all of them
+        for key, fields in self.stat_fields.items():
+            if key in self.data_summary:
+                self.report.findings += signals.stats_moment_findings(str(path), key, fields, self.data_summary[key],
+                                                                      self.stat_used.get(key, set()))
+
+    def check_outliers(self) -> None:
+        """Glitch values in the action/state channels the recipe reads (after every data file was read)."""
+        for key in (self.expect.action_key, self.expect.state_key):
+            if key in self.data_summary:
+                self.report.findings += signals.outlier_findings(f"{self.root}/data", key, self.data_summary[key])
 
     # ---- tasks ----------------------------------------------------------------------------------
     def check_tasks(self) -> None:
@@ -369,6 +404,10 @@ class _Doctor:
                        "regenerate meta/tasks.parquet")
             return
         self.tasks = {int(v) for v in table.column("task_index").to_pylist() if v is not None}
+        total = (self.info or {}).get("total_tasks")
+        if isinstance(total, int) and total != table.num_rows:
+            self.warn("total_tasks_mismatch", f"{self.root}/meta/info.json: total_tasks", f"is {total} but "
+                      f"meta/tasks.parquet has {table.num_rows} rows", "regenerate meta/info.json")
 
     # ---- meta/episodes --------------------------------------------------------------------------
     def check_episodes(self) -> None:
@@ -418,6 +457,11 @@ class _Doctor:
             if isinstance(total, int) and total != len(present):
                 self.warn("total_episodes_mismatch", f"{self.root}/meta/info.json: total_episodes", f"is {total} but "
                           f"meta/episodes lists {len(present)}", "regenerate meta/info.json")
+            frames = (self.info or {}).get("total_frames")
+            lengths = sum(int(r["length"]) for r in self.episodes.values())
+            if isinstance(frames, int) and frames != lengths:
+                self.warn("total_frames_mismatch", f"{self.root}/meta/info.json: total_frames", f"is {frames} but "
+                          f"the episodes in meta/episodes hold {lengths} frames", "regenerate meta/info.json")
             for ep, row in self.episodes.items():
                 if int(row["length"]) <= 0:
                     self.error("episodes_invalid", f"{self.episode_source[ep]}: length[{ep}]", "episode has no frames",
@@ -499,9 +543,11 @@ class _Doctor:
                 cols[key] = column_to_numpy(table, key, str(path))
             except DataError as exc:
                 self.error("data_column_invalid", exc.where, exc.problem, exc.fix)
+        self._check_other_columns(path, table)
         if "episode_index" not in cols or "frame_index" not in cols:
             return
         epi, fi = cols["episode_index"].astype(np.int64), cols["frame_index"].astype(np.int64)
+        index = table.column("index").to_numpy() if "index" in table.column_names else None
         unknown = sorted(set(np.unique(epi).tolist()) - set(self.episodes))
         if unknown:
             self.error("data_episode_unknown", f"{path}: episode_index", f"rows of episodes {unknown[:10]} that "
@@ -548,7 +594,10 @@ class _Doctor:
                     self.error("data_dim_mismatch", f"{path}[{key!r}]", f"rows have {x.shape[1]} values but info.json "
                                f"says {dim}", "fix meta/info.json features or re-export the data")
                 elif len(rows):
-                    self._note_bounds(key, x)
+                    self._note_bounds(key, x, ep)
+                    if role == "action":
+                        self.report.findings += signals.frozen_findings(str(path), key, ep, x)
+            self._check_index(path, ep, rows, frames, index)
             if "task_index" in cols and self.tasks is not None and len(rows):
                 unknown_t = sorted(set(np.unique(cols["task_index"][rows]).tolist()) - self.tasks)
                 if unknown_t:
@@ -556,14 +605,64 @@ class _Doctor:
                                f"{unknown_t} are not in meta/tasks.parquet (has {sorted(self.tasks)})",
                                "add the tasks to meta/tasks.parquet or fix task_index")
 
-    def _note_bounds(self, key: str, x: np.ndarray) -> None:
-        """Running per-channel min/max of the finite values (NaN/inf are reported on their own)."""
-        finite = np.isfinite(x)
-        lo, hi = np.where(finite, x, np.inf).min(0), np.where(finite, x, -np.inf).max(0)
-        have = self.data_bounds.get(key)
-        if have is not None and have[0].shape == lo.shape:
-            lo, hi = np.minimum(have[0], lo), np.maximum(have[1], hi)
-        self.data_bounds[key] = (lo, hi)
+    def _note_bounds(self, key: str, x: np.ndarray, ep: int) -> None:
+        """Running per-channel summary of the finite values (NaN/inf are reported on their own)."""
+        summary, have = ChannelSummary.of(x, ep), self.data_summary.get(key)
+        self.data_summary[key] = summary if have is None or have.lo.shape != summary.lo.shape else have.merge(summary)
+
+    def _check_index(self, path: Path, ep: int, rows: np.ndarray, frames: np.ndarray, index) -> None:
+        """The global `index` column is where LeRobot's reader looks a frame up (meta/episodes
+        dataset_from_index + frame_index): wamkit reads by episode_index, LeRobot would read other rows."""
+        start = self.episodes[ep].get("dataset_from_index")
+        if index is None or start is None or not len(rows):
+            return
+        off = np.flatnonzero(index[rows] != int(start) + frames)
+        if off.size:
+            k = int(off[0])
+            self.warn("index_mismatch", f"{path}: index (episode {ep})", f"index is {int(index[rows][k])} at "
+                      f"frame_index {int(frames[k])} but meta/episodes dataset_from_index + frame_index = "
+                      f"{int(start) + int(frames[k])} ({off.size} row(s) off): LeRobot's reader would return other "
+                      "frames", "re-export the dataset (or renumber index to dataset_from_index + frame_index)")
+
+    def _check_other_columns(self, path: Path, table) -> None:
+        """Columns besides the recipe's action/state: embedded camera frames (errors: training decodes
+        them), stored types that disagree with info.json, declared features the file lacks and
+        NaN in features the recipe does not read (warnings)."""
+        from wamkit.data.lerobot_v3 import column_to_numpy
+
+        e, names = self.expect, table.column_names
+        for key, feat in self.features.items():
+            dtype = feat.get("dtype")
+            if dtype == "video":
+                continue
+            if key not in names:
+                if dtype == "image" or key in (e.action_key, e.state_key, "episode_index", "frame_index", "timestamp"):
+                    if dtype == "image":
+                        self.error("data_column_missing", f"{path}[{key!r}]", f"the camera's embedded frames are "
+                                   f"missing (have {names})", "re-export the dataset with this camera")
+                    continue
+                self.warn("data_column_missing", f"{path}[{key!r}]", "feature declared in meta/info.json is not a "
+                          "column of this file (the recipe does not read it)", "drop it from info.json features")
+                continue
+            if dtype == "image":
+                cells = table.column(key).to_pylist()
+                frames = table.column("frame_index").to_numpy() if "frame_index" in names else np.arange(len(cells))
+                self.report.findings += signals.image_cell_findings(f"{path}[{key!r}]", cells, frames, feat["shape"])
+                continue
+            stored = table.schema.field(key).type
+            stored = getattr(stored, "value_type", stored)
+            if dtype in ARROW_FLOATS and str(stored) in ARROW_FLOATS.values() and str(stored) != ARROW_FLOATS[dtype]:
+                self.warn("data_dtype_mismatch", f"{path}[{key!r}]", f"stored as {stored} but meta/info.json "
+                          f"says {dtype} (files of merged datasets?)", "re-export the files with one dtype")
+            if key in (e.action_key, e.state_key) or dtype not in ARROW_FLOATS:
+                continue
+            try:
+                x = np.asarray(column_to_numpy(table, key, str(path)), dtype=np.float64)
+            except (DataError, ValueError, TypeError):
+                continue
+            if not np.isfinite(x).all():
+                self.warn("unused_nan", f"{path}[{key!r}]", f"{int((~np.isfinite(x)).sum())} NaN/inf value(s) in a "
+                          "feature this recipe does not read", "repair the feature before a recipe reads it")
 
     # ---- videos ---------------------------------------------------------------------------------
     def check_videos(self) -> None:
@@ -611,6 +710,7 @@ class _Doctor:
                 self.error("video_undecodable", path, "file has no video stream", "re-export the dataset videos")
                 return
             stream = container.streams.video[0]
+            self._check_video_shape(cam, path, stream)
             tb = float(stream.time_base)
             t_need = max(t1 for _, t1 in spans.values())
             period = 1.0 / fps if fps else (1.0 / float(stream.average_rate) if stream.average_rate else 0.0)
@@ -646,6 +746,14 @@ class _Doctor:
         finally:
             container.close()
 
+    def _check_video_shape(self, cam: str, path: Path, stream) -> None:
+        """The loader decodes into buffers of info.json's shape and refuses frames of another size."""
+        shape = list(self.features[cam].get("shape", []))
+        h, w = stream.codec_context.height, stream.codec_context.width
+        if h and w and shape not in ([h, w, 3], [3, h, w]):
+            self.error("video_shape_mismatch", path, f"frames are {h}x{w} but meta/info.json says {cam!r} has "
+                       f"shape {shape}", f"set features[{cam!r}]['shape'] to [{h}, {w}, 3] or re-encode the video")
+
     # ---- run ------------------------------------------------------------------------------------
     def run(self) -> DoctorReport:
         if not self.root.is_dir():
@@ -666,6 +774,7 @@ class _Doctor:
         self.guarded("lengths", self.check_lengths)
         self.guarded("data", self.check_data)
         self.guarded("stats against data", self.check_stats_vs_data)
+        self.guarded("outliers", self.check_outliers)
         self.guarded("videos", self.check_videos)
         return self.report
 

@@ -117,6 +117,18 @@ def check_version(path: Path, info: dict[str, Any]) -> None:
                         "layout; wamkit reads v3.x", convert_fix(root, "v2.x"))
 
 
+def check_templates(path: Path, info: dict[str, Any]) -> None:
+    """data_path/video_path are relative to the dataset root. An absolute one names the files of wherever
+    the dataset was written: on another machine they are missing, and where they exist they may be
+    another dataset's, read in place of this one's."""
+    for key, example in (("data_path", "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
+                         ("video_path", "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")):
+        template = info.get(key)
+        if isinstance(template, str) and (template.startswith("/") or Path(template).is_absolute()):
+            raise DataError(f"{path}: {key}", f"{template!r} is an absolute path, not relative to the dataset "
+                            f"root {path.parent.parent}", f"set it to LeRobot's relative template {example!r}")
+
+
 def load_info(root: Path) -> dict[str, Any]:
     """Load and check meta/info.json: it is the contract for every other file."""
     path = root / "meta" / "info.json"
@@ -130,6 +142,7 @@ def load_info(root: Path) -> dict[str, Any]:
     if not isinstance(info, dict):
         raise DataError(str(path), f"top level is {type(info).__name__}, not an object", "regenerate meta/info.json")
     check_version(path, info)
+    check_templates(path, info)
     missing = [k for k in INFO_KEYS if k not in info]
     if missing:
         raise DataError(str(path), f"missing keys {missing}", "regenerate meta/info.json with LeRobot v3.0")
