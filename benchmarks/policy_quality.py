@@ -98,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dp-scheduler", choices=("DDPM", "DDIM"), default="DDPM", help="Diffusion Policy noise scheduler")
     p.add_argument("--dp-inference-steps", type=int, default=None,
                    help="Diffusion Policy denoising steps per chunk (default: lerobot's, all 100 training timesteps)")
-    p.add_argument("--videos", type=int, default=2, help="rollout videos kept per method")
+    p.add_argument("--videos", type=int, default=1, help="rollout videos kept per method and outcome (the first successes and failures)")
     p.add_argument("--out", default=str(REPO / "runs" / "policy_quality"))
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# README command 1: set up, then train the tiny Cosmos3 policy on the generated demo dataset (CPU).
+# README command 1: set up (with Meta-World), train the tiny Cosmos3 policy on the bundled Meta-World demos
+# (CPU), then run it closed loop in the simulator on placements never recorded and print its success rate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WAMKIT_SIM=${WAMKIT_SIM:-0} bash scripts/setup.sh
+WAMKIT_SIM=${WAMKIT_SIM:-metaworld} bash scripts/setup.sh
 . .venv/bin/activate
 wamkit train recipes/demo_tiny.toml "$@"
+RUN="${WAMKIT_OUTPUT_ROOT:-runs}/demo_tiny"
+wamkit eval sim "$RUN" metaworld/mt3 --episodes 2 --seed 1000 --out "$RUN/eval_sim"

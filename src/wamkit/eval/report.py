@@ -1,5 +1,6 @@
-"""Evaluation reports: results.json + report.md per evaluation, and a success-vs-training-step plot
-(PNG with matplotlib; without it, an SVG drawn by hand and a note in the report) over checkpoints."""
+"""Evaluation reports: results.json + report.md per evaluation (one env, or a suite of tasks with their
+average), and a success-vs-training-step plot over checkpoints (PNG with matplotlib; without it, an SVG
+drawn by hand and a note in the report). Rendering only: the evaluations are run by sim_eval and suite."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from wamkit.errors import CheckpointError
 
 
 def _fmt_len(x) -> str:
@@ -73,9 +73,11 @@ def write_realtime_table(results, out_dir: str | Path) -> Path:
     return path
 
 
-def plot_success_vs_step(points: Sequence[tuple[int, float, float, float]], path: str | Path, title: str = "") -> Path:
-    """points: (step, success_rate, ci_low, ci_high). Writes `path` (.png) with matplotlib, else an .svg
-    next to it (same stem) and returns the path actually written."""
+def plot_success_vs_step(points: Sequence[tuple[int, float, float, float]], path: str | Path, title: str = "",
+                         per_task: dict[str, Sequence[tuple[int, float]]] | None = None) -> Path:
+    """points: (step, success_rate, ci_low, ci_high); per_task: optional thin lines {task: [(step, rate)]} beside
+    them (a suite's tasks around its average). Writes `path` (.png) with matplotlib, else an .svg next to it
+    (same stem, the main line only) and returns the path actually written."""
     path = Path(path)
     points = sorted(points)
     try:
@@ -85,17 +87,23 @@ def plot_success_vs_step(points: Sequence[tuple[int, float, float, float]], path
         import matplotlib.pyplot as plt
     except ImportError:
         return _svg_plot(points, path.with_suffix(".svg"), title)
-    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.5 if per_task else 5, 3.2), dpi=120)
     steps = [p[0] for p in points]
     rates = [p[1] for p in points]
     ax.fill_between(steps, [p[2] for p in points], [p[3] for p in points], alpha=0.25, label="95% Wilson CI")
-    ax.plot(steps, rates, marker="o", label="success rate")
+    for task, series in (per_task or {}).items():
+        series = sorted(series)
+        ax.plot([p[0] for p in series], [p[1] for p in series], lw=0.9, alpha=0.7, marker=".", label=task)
+    ax.plot(steps, rates, marker="o", color="black", lw=2, label="average" if per_task else "success rate")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("training step")
     ax.set_ylabel("success rate")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if per_task:  # many lines: the legend goes beside the axes
+        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -127,45 +135,70 @@ def _svg_plot(points, path: Path, title: str) -> Path:
     return path
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints/iter_<N> directories of a run, oldest first."""
-    from wamkit.train.checkpoint import COMPLETE_MARKER
-
-    from wamkit.storage import location
-
-    checkpoints = location(run_dir, "run directory") / "checkpoints"
-    found = sorted((p for p in checkpoints.glob("iter_*") if (p / COMPLETE_MARKER).is_file()),
-                   key=lambda p: int(p.name.split("_")[1]))
-    if not found:
-        raise CheckpointError(str(checkpoints), "has no complete iter_<N> checkpoints",
-                              "pass a run directory that has been trained (runs/<name>)")
-    return found
+def _video_link(result, success: bool) -> str:
+    """Markdown link to a task's first rollout video of the given outcome, relative to the suite directory."""
+    sub = Path(result.out_dir).name if result.out_dir else ""
+    for e in result.per_episode:
+        if e.video and e.success == success:
+            return f"[{e.video}]({sub}/{e.video})"
+    return "-"
 
 
-def evaluate_checkpoints(run_dir: str | Path, env_name: str, episodes: int, seed: int = 1, *, out_dir: str | Path,
-                         num_steps: int = 10, **kwargs) -> list:
-    """Evaluate every checkpoint of a run (each into out_dir/step_<N>/), then write out_dir/report.md,
-    out_dir/results.json and out_dir/success_vs_step.png (or .svg without matplotlib)."""
-    from wamkit.eval.sim_eval import evaluate, load_policy
-
+def write_suite_report(suite, out_dir: str | Path) -> Path:
+    """results.json and report.md of a SuiteResult: one row per task (rate, 95% interval, mean length, a success
+    and a failure video, the task's own report) and the average; returns the report path."""
     out = Path(out_dir)
-    results = []
-    for iteration in list_checkpoints(run_dir):
-        policy = load_policy(iteration, num_steps=num_steps)
-        step = int(iteration.name.split("_")[1])
-        results.append(evaluate(policy, env_name, episodes, seed, out_dir=out / f"step_{step:09d}",
-                                num_steps=num_steps, **kwargs))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(suite.to_json(), indent=2))
+    first = suite.tasks[0]
+    src = first.policy_source
+    lo, hi = suite.ci95
+    lines = [
+        f"# Closed-loop evaluation: {len(suite.tasks)} tasks", "",
+        f"- policy: `{src.get('checkpoint') or src.get('export') or src}` (step {suite.training_step}, "
+        f"weights {src.get('weights', '?')})",
+        f"- **average success: {suite.success_rate:.3f}** over {len(suite.tasks)} tasks "
+        f"({suite.successes}/{suite.episodes} episodes; 95% Wilson interval of the pooled episodes "
+        f"{lo:.3f} – {hi:.3f}, which is the average's own since every task has {first.episodes} episodes)",
+        f"- episode seeds from seed {first.seed} in every task; chunks of {first.chunk_length}, executing "
+        f"{first.execute_horizon} open-loop; {first.num_steps} denoising steps; {first.resolution}x{first.resolution} px; "
+        f"{suite.seconds:.1f} s wall", "",
+        "| task | success | 95% CI | mean length | success video | failure video | report |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in suite.tasks:
+        sub = Path(r.out_dir).name
+        lines.append(f"| {r.env_name} | {r.successes}/{r.episodes} = {r.success_rate:.3f} | {r.ci95[0]:.3f} – "
+                     f"{r.ci95[1]:.3f} | {r.mean_episode_length:.1f} | {_video_link(r, True)} | "
+                     f"{_video_link(r, False)} | [{sub}/report.md]({sub}/report.md) |")
+    lines.append(f"| **average** | {suite.successes}/{suite.episodes} = {suite.success_rate:.3f} | {lo:.3f} – {hi:.3f} | "
+                 f"{suite.mean_episode_length:.1f} | | | |")
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_checkpoints_report(results: Sequence, out_dir: str | Path, title: str) -> Path:
+    """report.md, results.json and success_vs_step.png over one evaluation per checkpoint (EvalResults, or
+    SuiteResults whose tasks become extra columns and thin lines around the average); returns the plot path."""
+    out = Path(out_dir)
     points = [(r.training_step if r.training_step is not None else i, r.success_rate, *r.ci95)
               for i, r in enumerate(results)]
-    plot = plot_success_vs_step(points, out / "success_vs_step.png", f"{env_name}: {episodes} episodes per checkpoint")
+    task_names = [t.env_name for t in getattr(results[0], "tasks", [])]
+    per_task = {name: [(p[0], r.tasks[k].success_rate) for p, r in zip(points, results)]
+                for k, name in enumerate(task_names)}
+    plot = plot_success_vs_step(points, out / "success_vs_step.png", title, per_task=per_task or None)
     (out / "results.json").write_text(json.dumps([r.to_json() for r in results], indent=2))
-    lines = [f"# Success vs training step: {env_name}", "", f"![success vs step]({plot.name})", ""]
+    lines = [f"# Success vs training step: {title}", "", f"![success vs step]({plot.name})", ""]
     if plot.suffix == ".svg":
         lines += ["(matplotlib is not installed: the plot is a hand-drawn SVG.)", ""]
-    lines += ["| step | success | 95% CI | mean length | report |", "| --- | --- | --- | --- | --- |"]
+    head = ["step", "average success" if task_names else "success", "95% CI", *task_names, "mean length", "report"]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for (step, rate, lo, hi), r in zip(points, results):
         sub = Path(r.out_dir).name
-        lines.append(f"| {step} | {r.successes}/{r.episodes} = {rate:.3f} | {lo:.3f} – {hi:.3f} | "
-                     f"{r.mean_episode_length:.1f} | [{sub}/report.md]({sub}/report.md) |")
+        cells = [str(step), f"{r.successes}/{r.episodes} = {rate:.3f}", f"{lo:.3f} – {hi:.3f}",
+                 *(f"{t.success_rate:.2f}" for t in getattr(r, "tasks", [])), f"{r.mean_episode_length:.1f}",
+                 f"[{sub}/report.md]({sub}/report.md)"]
+        lines.append("| " + " | ".join(cells) + " |")
     (out / "report.md").write_text("\n".join(lines) + "\n")
-    return results
+    return plot

@@ -117,13 +117,15 @@ def _check_pairing(policy, spec) -> None:
 
 def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizon: int | None = None, *,
              out_dir: str | Path | None = None, resolution: int | None = None, max_episode_steps: int | None = None,
-             num_videos: int = 3, num_steps: int | None = None, camera: str | None = None,
+             num_videos: int = 1, num_steps: int | None = None, camera: str | None = None,
              verbose: bool = False, inference_delay: int = 0, mode: str = "sync") -> EvalResult:
     """Run `episodes` closed-loop episodes; with `out_dir`, write rollout mp4s, results.json and report.md.
 
     `policy` is a Policy or a path (export / run / checkpoint directory). `execute_horizon` defaults to
     the policy's chunk length. `resolution` defaults to the frame size of the policy's training data.
-    `inference_delay` / `mode`: simulated latency in control ticks and what the robot does meanwhile."""
+    `inference_delay` / `mode`: simulated latency in control ticks and what the robot does meanwhile.
+    Videos: the first `num_videos` successes and the first `num_videos` failures, so a report shows what
+    working and failing look like rather than whichever episodes came first."""
     from wamkit.data.writer import encode_video
     from wamkit.eval.report import write_report
     from wamkit.sim.control_rate import at_control_rate, control_repeat
@@ -160,6 +162,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     per_episode: list[EpisodeResult] = []
     seam_changes: list[float] = []
     step_changes: list[float] = []
+    videos_written = {True: 0, False: 0}  # per outcome
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):
@@ -170,7 +173,8 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
             seam_changes += rollout.seam_changes
             step_changes += rollout.step_changes
             video = None
-            if out is not None and i < num_videos:
+            if out is not None and videos_written[success] < num_videos:
+                videos_written[success] += 1
                 video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
                 encode_video(out / video, np.stack(frames), int(round(env.spec.fps)), "libx264")
             per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video, rollout.ticks,
@@ -227,33 +231,3 @@ def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
-
-
-def eval_sim_main(args) -> int:
-    """`wamkit eval sim CHECKPOINT_OR_EXPORT ENV --episodes N --seed S [--horizon H] [--out DIR] [--all-checkpoints]`."""
-    from wamkit.eval.report import evaluate_checkpoints
-
-    out = Path(args.out) if args.out else Path("eval") / args.env.replace("/", "_")
-    common = dict(episodes=args.episodes, seed=args.seed, execute_horizon=args.horizon,
-                  resolution=getattr(args, "resolution", None), max_episode_steps=getattr(args, "max_steps", None),
-                  num_steps=getattr(args, "num_steps", None) or 10, verbose=True)
-    delays = getattr(args, "inference_delay", None)
-    if delays is not None:
-        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        policy = load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"])
-        evaluate_delays(policy, args.env, delays, modes, out, **common)
-        print(f"report: {out / 'realtime.md'}")
-        return 0
-    if getattr(args, "all_checkpoints", False):
-        results = evaluate_checkpoints(args.path, args.env, out_dir=out, **common)
-        for r in results:
-            print(f"step {r.training_step}: success {r.success_rate:.2f} (95% CI {r.ci95[0]:.2f}-{r.ci95[1]:.2f})")
-        print(f"report: {out / 'report.md'}")
-        return 0
-    result = evaluate(load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"]),
-                      args.env, out_dir=out, **{k: v for k, v in common.items() if k != "episodes"},
-                      episodes=args.episodes)
-    print(f"{args.env}: success {result.successes}/{result.episodes} = {result.success_rate:.2f} (95% CI "
-          f"{result.ci95[0]:.2f}-{result.ci95[1]:.2f}), mean length {result.mean_episode_length:.1f} steps; "
-          f"report: {out / 'report.md'}")
-    return 0

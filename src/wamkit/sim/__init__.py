@@ -4,11 +4,12 @@
 Importing this package does not import MuJoCo; it sets MUJOCO_GL (egl where libEGL exists, else osmesa)
 unless already set, so import it before mujoco/metaworld."""
 
-from wamkit.sim.envs import REGISTRY, EnvSpec, SimEnv, SimError, env_names, ensure_gl_backend, get_spec, make_env
+from wamkit.sim.envs import (REGISTRY, SUITES, EnvSpec, SimEnv, SimError, env_names, ensure_gl_backend, expand_env_names,
+                             get_spec, make_env)
 from wamkit.sim.record import RecordSummary, record, sim_record_main
 from wamkit.data.writer import RecordedEpisode, write_lerobot_dataset
 
 ensure_gl_backend()  # only sets MUJOCO_GL (if unset) so later mujoco/metaworld imports render headless
 
-__all__ = ["REGISTRY", "EnvSpec", "SimEnv", "SimError", "env_names", "ensure_gl_backend", "get_spec", "make_env",
+__all__ = ["REGISTRY", "SUITES", "expand_env_names", "EnvSpec", "SimEnv", "SimError", "env_names", "ensure_gl_backend", "get_spec", "make_env",
            "RecordSummary", "record", "sim_record_main", "RecordedEpisode", "write_lerobot_dataset"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from wamkit.errors import DataError
 from wamkit.sim.control_rate import at_control_rate
-from wamkit.sim.envs import SimError, get_spec, make_env
+from wamkit.sim.envs import SimError, expand_env_names, get_spec, make_env
 from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
 
 
@@ -88,14 +88,15 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
            action_repeat: int = 1, verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
-    `env_name` may list several envs separated by commas (a multi-task dataset; their state/action
-    layout and fps must agree): `episodes` attempts are made in each. `episodes` counts attempts;
+    `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
+    MT10 tasks; a multi-task dataset, whose envs must agree in state/action layout and fps): `episodes`
+    attempts are made in each, and every episode carries its own env's task text. `episodes` counts attempts;
     the summary says how many succeeded (were kept) and which were dropped. `step_budgets[i]`
     (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
     no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
     dataset runs at the env's fps / K (wamkit.sim.control_rate)."""
     t0 = time.perf_counter()
-    names = [n.strip() for n in env_name.split(",") if n.strip()]
+    names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
     spec = specs[0]
     for other in specs[1:]:

@@ -1,0 +1,136 @@
+"""Meta-World MT10: one recording command for the ten tasks, and `wamkit eval sim` over a suite of tasks
+(per-task success with intervals, the average, a success and a failure video per task, success vs step)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wamkit.sim  # noqa: F401 - picks the headless GL backend before metaworld imports mujoco
+from tests.helpers import REPO, run_cli
+from wamkit.config import load_experiment
+from wamkit.data import LeRobotV3Dataset
+from wamkit.data.doctor import DatasetExpectation, diagnose
+from wamkit.eval import (EvalResult, evaluate_checkpoints, evaluate_suite, load_policy, wilson_interval,
+                         write_suite_report)
+from wamkit.eval.sim_eval import EpisodeResult
+from wamkit.eval.suite import SuiteResult
+from wamkit.sim import SUITES, SimError, expand_env_names, get_spec, record
+from wamkit.train.trainer import Trainer
+
+MT10 = ["reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3", "drawer-close-v3",
+        "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3"]
+TWO = "metaworld/reach-v3,metaworld/window-close-v3"
+
+
+@pytest.fixture(scope="module")
+def mt10(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mt10") / "data"
+    return out, record("metaworld/mt10", 1, out, seed=0, resolution=64)
+
+
+@pytest.fixture(scope="module")
+def run_dir(mt10, tmp_path_factory):
+    root, _ = mt10
+    tmp = tmp_path_factory.mktemp("run")
+    overrides = {
+        "job.name": '"mt10_tiny"', "job.output_root": f'"{tmp}"', "data.path": f'"{root}"', "data.val_fraction": "0.0",
+        "trainer.max_iter": "4", "checkpoint.save_iter": "2", "trainer.samples_per_step": "2",
+        "trainer.progress_bar": "false", "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]",
+    }
+    Trainer(load_experiment(REPO / "recipes" / "demo_tiny.toml", [f"{k}={v}" for k, v in overrides.items()])).train()
+    return tmp / "mt10_tiny"
+
+
+def test_suite_names_expand_in_order_once_and_unknown_names_say_the_nearest():
+    assert expand_env_names("metaworld/mt10") == [f"metaworld/{t}" for t in MT10]
+    assert expand_env_names("metaworld/push-v3, metaworld/mt3") == [
+        "metaworld/push-v3", "metaworld/reach-v3", "metaworld/drawer-open-v3"]
+    with pytest.raises(SimError, match="did you mean 'metaworld/mt10'"):
+        expand_env_names("metaworld/mt11")
+    with pytest.raises(SimError, match="names no env"):
+        expand_env_names(" , ")
+    assert len({get_spec(n).task for n in SUITES["metaworld/mt10"]}) == 10  # one distinct task text per task
+
+
+def test_one_command_records_a_successful_expert_episode_of_every_mt10_task(mt10):
+    root, summary = mt10
+    assert summary.attempted == 10 and summary.kept == 10 and summary.dropped == 0
+    ds = LeRobotV3Dataset(root)
+    texts = [get_spec(f"metaworld/{t}").task for t in MT10]
+    assert [ds.episode_task(e) for e in ds.episode_indices] == texts  # task text per episode, in suite order
+    assert sorted(ds.tasks.values()) == sorted(texts)
+    assert diagnose(root, DatasetExpectation(chunk_length=8, max_action_dim=8, fps=80.0)).ok
+    provenance = json.loads((root / "meta" / "wamkit_recording.json").read_text())
+    assert provenance["env_name"].split(",") == [f"metaworld/{t}" for t in MT10]
+
+
+def _videos_follow_the_rule(result):
+    """Exactly the first success and the first failure of the task carry a video (when that outcome occurred)."""
+    firsts = {next((e.index for e in result.per_episode if e.success == ok), None) for ok in (True, False)} - {None}
+    assert {e.index for e in result.per_episode if e.video} == firsts
+    for e in result.per_episode:
+        if e.video:
+            assert (Path(result.out_dir) / e.video).stat().st_size > 0
+            assert e.video.endswith("success.mp4" if e.success else "failure.mp4")
+
+
+def test_suite_evaluation_reports_each_task_and_the_average(run_dir, tmp_path):
+    policy = load_policy(run_dir, num_steps=1)
+    suite = evaluate_suite(policy, expand_env_names(TWO), 3, seed=1, out_dir=tmp_path, max_episode_steps=8,
+                           execute_horizon=4, num_steps=1)
+    assert [t.env_name for t in suite.tasks] == TWO.split(",")
+    assert suite.episodes == 6 and suite.successes == sum(t.successes for t in suite.tasks)
+    assert suite.success_rate == pytest.approx(np.mean([t.success_rate for t in suite.tasks]))
+    assert suite.ci95 == wilson_interval(suite.successes, 6) and suite.training_step == 4
+    for task in suite.tasks:
+        assert task.episodes == 3 and Path(task.out_dir).parent == tmp_path
+        assert (Path(task.out_dir) / "report.md").is_file()
+        assert [e.seed for e in task.per_episode] == [e.seed for e in suite.tasks[0].per_episode]  # same seeds
+        _videos_follow_the_rule(task)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["per_task_success"] == {t.env_name: t.success_rate for t in suite.tasks}
+    report = (tmp_path / "report.md").read_text()
+    assert all(f"| {name} |" in report for name in TWO.split(",")) and "| **average** |" in report
+
+
+def test_suite_report_links_a_success_and_a_failure_video_per_task(tmp_path):
+    def task(env, outcomes):
+        episodes = [EpisodeResult(i, i, ok, 10, 2, f"rollout_{i:03d}_{'success' if ok else 'failure'}.mp4")
+                    for i, ok in enumerate(outcomes)]
+        k = sum(outcomes)
+        return EvalResult(env_name=env, task=env, episodes=len(outcomes), successes=k, success_rate=k / len(outcomes),
+                          ci95=wilson_interval(k, len(outcomes)), mean_episode_length=10.0, mean_success_length=10.0,
+                          execute_horizon=8, chunk_length=8, max_episode_steps=200, resolution=64, seed=1, num_steps=2,
+                          policy_source={}, training_step=7, seconds=1.0, per_episode=episodes,
+                          out_dir=str(tmp_path / env.replace("/", "_")))
+
+    tasks = [task("metaworld/reach-v3", [False, True]), task("metaworld/push-v3", [False, False])]
+    suite = SuiteResult(tasks, 4, 1, 0.25, wilson_interval(1, 4), 10.0, 7, 1.0, str(tmp_path))
+    rows = {line.split("|")[1].strip(): line for line in write_suite_report(suite, tmp_path).read_text().splitlines()
+            if line.startswith("| metaworld/")}
+    assert "[rollout_001_success.mp4](metaworld_reach-v3/rollout_001_success.mp4)" in rows["metaworld/reach-v3"]
+    assert "[rollout_000_failure.mp4](metaworld_reach-v3/rollout_000_failure.mp4)" in rows["metaworld/reach-v3"]
+    assert "| 0/2 = 0.000 |" in rows["metaworld/push-v3"] and "| - |" in rows["metaworld/push-v3"]  # no success video
+
+
+def test_success_vs_step_over_a_suite_plots_the_average_and_each_task(run_dir, tmp_path):
+    results = evaluate_checkpoints(run_dir, TWO, 1, seed=2, out_dir=tmp_path, num_steps=1, max_episode_steps=4)
+    assert [r.training_step for r in results] == [2, 4] and all(len(r.tasks) == 2 for r in results)
+    assert (tmp_path / "success_vs_step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (tmp_path / "report.md").read_text()
+    assert "| step | average success | 95% CI | metaworld/reach-v3 | metaworld/window-close-v3 |" in report
+    assert all((tmp_path / f"step_{s:09d}" / "report.md").is_file() for s in (2, 4))
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert [sorted(r["per_task_success"]) for r in saved] == [sorted(TWO.split(","))] * 2
+
+
+def test_cli_eval_sim_on_a_suite_prints_each_task_the_average_and_a_video(run_dir, tmp_path):
+    proc = run_cli(["eval", "sim", str(run_dir), TWO, "--episodes", "1", "--seed", "3", "--max-steps", "4",
+                    "--num-steps", "1", "--out", str(tmp_path / "ev"), "--device", "cpu"])
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("metaworld/reach-v3: success ") for line in lines)
+    assert any(line.startswith("average of 2 tasks: success ") for line in lines)
+    video = Path(next(line for line in lines if line.startswith("rollout video: ")).split(": ", 1)[1])
+    assert video.is_file() and video.parent.parent == tmp_path / "ev"
