@@ -31,6 +31,14 @@ def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> sub
     return proc
 
 
+def run_torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
+    """`wamkit ARGS` under torchrun with `nproc` CPU (gloo) processes, one thread each."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "wamkit.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    return proc
+
+
 def train_tiny_run(tmp: Path, name: str = "tiny_run", extra=()) -> Path:
     """Train the demo recipe 4 steps in-process on a generated 2-D reach dataset; the run dir."""
     from wamkit.config import load_experiment

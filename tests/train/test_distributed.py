@@ -2,13 +2,10 @@
 global batch, and its sharded checkpoint resumes in one process."""
 
 import json
-import os
-import subprocess
-import sys
 
 import torch
 
-from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli, run_torchrun
 from wamkit.train.checkpoint import load_checkpoint
 from wamkit.train.setup import build_model
 from wamkit.config import load_experiment
@@ -16,13 +13,6 @@ from wamkit.config import load_experiment
 
 def _losses(run_dir):
     return [json.loads(l)["loss"] for l in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in l]
-
-
-def _torchrun(args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "wamkit.cli", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
 
 
 def _model_state(cfg_args, checkpoint):
@@ -36,7 +26,7 @@ def _model_state(cfg_args, checkpoint):
 def test_two_process_fsdp_matches_one_process_and_resumes_in_one(demo_root, tmp_path):
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2"]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
-    out = _torchrun(["train", str(DEMO_RECIPE), *two])
+    out = run_torchrun(["train", str(DEMO_RECIPE), *two])
     assert "world size 2, global batch 4" in out.stdout
     run_cli(["train", str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
@@ -59,7 +49,7 @@ def test_replicated_frozen_weights_and_prefetch_train_like_one_process(demo_root
     knobs = ["--set", "parallel.replicate_frozen=true", "--set", "parallel.prefetch_layers=1"]
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *knobs]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
-    _torchrun(["train", str(DEMO_RECIPE), *two])
+    run_torchrun(["train", str(DEMO_RECIPE), *two])
     run_cli(["train", str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
@@ -76,7 +66,7 @@ def test_lora_under_fsdp_trains_like_one_process_resumes_and_exports(demo_root, 
     lora = ["--set", "lora.enabled=true"]
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *lora]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4", *lora]
-    _torchrun(["train", str(DEMO_RECIPE), *two])
+    run_torchrun(["train", str(DEMO_RECIPE), *two])
     run_cli(["train", str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, "--set", "trainer.max_iter=6"])
@@ -100,7 +90,7 @@ def test_meta_init_materialises_shards_like_one_process(demo_root, tmp_path):
              "--set", 'model.text_tokenizer_path="byte"']  # the random base ships no tokenizer
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *knobs]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4", *knobs]
-    out = _torchrun(["train", str(DEMO_RECIPE), *two])
+    out = run_torchrun(["train", str(DEMO_RECIPE), *two])
     assert "fresh run from base weights (diffusers transformer)" in out.stdout
     run_cli(["train", str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)

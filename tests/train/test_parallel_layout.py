@@ -1,24 +1,14 @@
 """What `parallelize` does to each parameter under FSDP2 (one gloo process): trainable weights become
 sharded DTensors; with parallel.replicate_frozen the frozen ones stay plain tensors in param_dtype."""
 
-import os
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from wamkit.model.cosmos3 import build_transformer, set_trainable
-from wamkit.train.parallel import ParallelDims, build_mesh, parallelize
-
-
-@pytest.fixture
-def one_process_group(tmp_path):
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield build_mesh(ParallelDims(1, 1), torch.device("cpu"))
-    dist.destroy_process_group()
+from wamkit.train.parallel import parallelize
 
 
 @pytest.mark.parametrize("replicate_frozen", [False, True])

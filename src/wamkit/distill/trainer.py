@@ -120,7 +120,7 @@ class DistillTrainer:
             raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
         self.fps = float(self.data.dataset.fps)
-        self.procs = {}
+        self.procs, self.models = {}, {}  # per role: its packed-attention processor, its model
         # The run's model.attention; resolved as for fp32, so `auto` never picks flex (the block-causal
         # flex path is not tested for distillation).
         self.attention = attention_backend(cfg.model.attention, self.device, torch.float32)
@@ -185,6 +185,7 @@ class DistillTrainer:
         if frozen:
             model.eval().requires_grad_(False)
         self.procs[role] = install_packed_attention(model, self.attention)
+        self.models[role] = model
         return model
 
     # ---- state -------------------------------------------------------------------------------
@@ -261,8 +262,7 @@ class DistillTrainer:
         )
 
     def velocity(self, which: str, seqs: list[SequenceSample]) -> list[torch.Tensor]:
-        model = {"student": self.student, "ema": self.ema_model, "teacher": getattr(self, "teacher", None),
-                 "reference": getattr(self, "reference", None), "critic": self.critic}[which]
+        model = self.models[which]
         batch = pack_samples(seqs, model.config)
         with packed_layout(self.procs[which], batch):
             out = model(**batch.forward_kwargs)
@@ -382,9 +382,9 @@ class DistillTrainer:
         return self.dcfg.method == "tf_dcm" or step % (r + 1) == r
 
     # ---- loop --------------------------------------------------------------------------------
-    def _apply(self, model, optimizer, scheduler, loss) -> float:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+    def _apply(self, model, optimizer, scheduler) -> float:
+        """One optimizer step on the gradients the step's backward left (outside compute_precision:
+        the fp32 masters, not their compute copies)."""
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -404,23 +404,27 @@ class DistillTrainer:
         with torch.no_grad():
             latents = [self.video_tokenizer.encode(s.video.unsqueeze(0))[0].float().to(self.device) for s in samples]
         self.consumed += self.global_batch
-        with compute_precision(self.cfg, self.mesh, self.device):
+        role = "student" if self.is_student_turn(self.step) else "critic"
+        model, optimizer, scheduler = ((self.student, self.optimizer, self.scheduler) if role == "student"
+                                       else (self.critic, self.critic_optimizer, self.critic_scheduler))
+        optimizer.zero_grad(set_to_none=True)
+        with compute_precision(self.cfg, self.mesh, list(self.models.values())):
             if self.dcfg.method == "tf_dcm":
-                loss, role = self.dcm_loss(samples, latents, gens), "student"
-            elif self.is_student_turn(self.step):
-                loss, role = self.dmd_loss(samples, latents, gens), "student"
+                loss = self.dcm_loss(samples, latents, gens)
+            elif role == "student":
+                loss = self.dmd_loss(samples, latents, gens)
             else:
-                loss, role = self.critic_loss(samples, latents, gens), "critic"
+                loss = self.critic_loss(samples, latents, gens)
+            loss.backward()
         value = all_reduce_mean(loss.item(), self.ctx)
         if not math.isfinite(value):
             raise FloatingPointError(f"{role} loss is {value} at step {self.step}")
+        norm = self._apply(model, optimizer, scheduler)
         if role == "student":
-            norm = self._apply(self.student, self.optimizer, self.scheduler, loss)
             self.student_updates += 1
             self.ema.update(self.student, self.student_updates)
             self.ema.copy_to(self.ema_model)
         else:
-            norm = self._apply(self.critic, self.critic_optimizer, self.critic_scheduler, loss)
             self.critic_updates += 1
         return {"loss": value, f"{role}_loss": value, "role": role, "grad_norm": norm,
                 "lr": self.optimizer.param_groups[0]["lr"], "student_updates": self.student_updates,

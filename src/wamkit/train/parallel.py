@@ -117,6 +117,27 @@ def checkpoint_mlps(model: torch.nn.Module) -> int:
     return wrapped
 
 
+def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules FSDP2 wraps, innermost first: each decoder layer, then the root."""
+    return [*model.layers, model]
+
+
+# Root inputs that stay fp32 in bf16 compute: the model reads them with .float() (mRoPE positions run
+# past 15000, where bf16 steps by 64) or embeds them in fp32 (diffusion timesteps).
+FP32_ROOT_INPUTS = frozenset({"position_ids", "vision_timesteps", "action_timesteps", "sound_timesteps"})
+
+
+def install_input_casts(model: torch.nn.Module, dtype: torch.dtype) -> list:
+    """Cast floating inputs to the compute dtype at each shard unit (FSDP2's cast_forward_inputs),
+    except FP32_ROOT_INPUTS. One function for FSDP2 and one process, so both cast alike. Returns
+    the hook handles."""
+    if dtype == torch.float32:
+        return []
+    hooks = [layer.register_forward_pre_hook(_input_caster(dtype), with_kwargs=True) for layer in model.layers]
+    hooks.append(model.register_forward_pre_hook(_input_caster(dtype, FP32_ROOT_INPUTS), with_kwargs=True))
+    return hooks
+
+
 def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     """Activation checkpointing, then compile, then FSDP2 per decoder layer and at the root.
 
@@ -138,14 +159,15 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype])
+    # Inputs are cast by install_input_casts, not by FSDP2: its cast_forward_inputs would round the
+    # root's mRoPE positions and timesteps to bf16 (positions 15000..15063 all become 14976 or 15040).
+    mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype], cast_forward_inputs=False)
     fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
     replicate_frozen = bool(getattr(p, "replicate_frozen", False))
-    for layer in model.layers:
-        fully_shard(layer, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
-                    ignored_params=_frozen(layer, DTYPES[p.param_dtype]) if replicate_frozen else None)
-    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
-                ignored_params=_frozen(model, DTYPES[p.param_dtype]) if replicate_frozen else None)
+    for unit in shard_units(model):
+        fully_shard(unit, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
+                    ignored_params=_frozen(unit, DTYPES[p.param_dtype]) if replicate_frozen else None)
+    install_input_casts(model, DTYPES[p.param_dtype])
     prefetch_layers(list(model.layers), int(getattr(p, "prefetch_layers", 0) or 0))
     return model
 
@@ -169,12 +191,55 @@ def prefetch_layers(layers: list, n: int) -> None:
         layer.set_modules_to_backward_prefetch(layers[max(0, i - n) : i][::-1])
 
 
-def compute_precision(cfg, mesh, device: torch.device):
-    """FSDP2 casts to `parallel.param_dtype` under torchrun; a single-process CUDA run gets the same
-    bf16 compute over fp32 master weights from autocast."""
-    if mesh is None and device.type == "cuda" and cfg.parallel.param_dtype == "bfloat16":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def compute_precision(cfg, mesh, models: list[torch.nn.Module]):
+    """Forward AND backward of `models` in `parallel.param_dtype` over fp32 master weights. Under
+    torchrun FSDP2's MixedPrecisionPolicy does it; one process does the same with cast_for_compute,
+    so N ranks compute what one process computes (autocast would not: it keeps norms, softmax and
+    reductions in fp32, where FSDP2 runs every op on bf16 parameters and activations)."""
+    dtype = DTYPES[cfg.parallel.param_dtype]
+    if mesh is not None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return cast_for_compute(models, dtype)
+
+
+@contextlib.contextmanager
+def cast_for_compute(models: list[torch.nn.Module], dtype: torch.dtype):
+    """FSDP2's mixed precision in one process: inside the block every parameter reads as a `dtype`
+    copy of its fp32 master (autograd casts its gradient back to fp32, as FSDP2's reduce does), and
+    floating inputs are cast as install_input_casts casts them under FSDP2. Run the backward inside the block:
+    activation checkpointing recomputes with the copies."""
+    restore, hooks = [], []
+    try:
+        for model in models:
+            copies = {}
+            for module in model.modules():
+                for name, param in list(module._parameters.items()):
+                    if param is not None and param.is_floating_point():
+                        if id(param) not in copies:  # tied weights share one copy, as they share one gradient
+                            copies[id(param)] = param.to(dtype)
+                        restore.append((module, name, param))
+                        module._parameters[name] = copies[id(param)]  # a plain tensor: nn.Module's setattr refuses it
+            hooks += install_input_casts(model, dtype)
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for module, name, param in reversed(restore):
+            module._parameters[name] = param
+
+
+def _input_caster(dtype: torch.dtype, keep: frozenset = frozenset()):
+    """A forward pre-hook casting floating tensors in args and kwargs (nested lists too) to `dtype`,
+    leaving the kwargs named in `keep` as they are."""
+    from torch.utils._pytree import tree_map
+
+    def cast(x):
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != dtype else x
+
+    def hook(module, args, kwargs):
+        return tree_map(cast, args), {k: v if k in keep else tree_map(cast, v) for k, v in kwargs.items()}
+
+    return hook
 
 
 def all_reduce_mean(value: float, ctx: DistContext) -> float:

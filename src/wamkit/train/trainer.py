@@ -130,7 +130,8 @@ class Trainer:
         return budget // tokens
 
     def compute_precision(self):
-        return compute_precision(self.cfg, self.mesh, self.device)
+        """parallel.param_dtype compute (wamkit.train.parallel.compute_precision): wrap forward and backward."""
+        return compute_precision(self.cfg, self.mesh, [self.model])
 
     @property
     def global_micro_batch(self) -> int:
@@ -283,7 +284,7 @@ class Trainer:
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
             with self.compute_precision():
                 losses = self.objective(samples, generators)
-            (losses.total / cfg.grad_accum_iter).backward()
+                (losses.total / cfg.grad_accum_iter).backward()
             timer.mark("forward_backward")
             # this rank's useful work: under context parallelism it computes 1/cp of each sequence
             flops, tokens = flops + self.objective.last_flops / self.dims.cp, tokens + self.objective.last_tokens // self.dims.cp
