@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-batch", type=int, default=16)
     serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
     serve.add_argument("--device", default="auto", help=DEVICE_HELP)
+    serve.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
+                       help="run every batch size up to --max-batch once before /healthz answers 200 (default: on for CUDA)")
+    serve.add_argument("--warmup-size", default=None, metavar="HxW",
+                       help="camera frame size for the warm-up (default: the training cameras' size from the data contract)")
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
@@ -293,10 +297,12 @@ def _dispatch(args) -> int:
         return 0
     if args.command == "serve":
         from wamkit.serve import serve_main
+        from wamkit.serve.warmup import parse_size
 
         return serve_main(args.path, host=args.host, port=args.port, num_steps=args.num_steps, seed=args.seed,
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
-                          max_request_bytes=args.max_request_bytes, device=args.device)
+                          max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
+                          warmup_size=parse_size(args.warmup_size) if args.warmup_size else None)
     raise AssertionError(args)
 
 

@@ -186,6 +186,8 @@ class ServeConfig:
     num_steps: int | None = None  # None: the policy's own num_steps
     seed: int = 0
     max_requests: int | None = None  # stop after this many requests (tests, benchmarks)
+    warmup: bool | None = None  # run every batch size once before /healthz says ok; None: on when serving on CUDA
+    warmup_size: tuple[int, int] | None = None  # camera frame size for the warm-up; None: the data contract's
 
 
 class PolicyServer:
@@ -207,6 +209,8 @@ class PolicyServer:
         self._queue: asyncio.Queue | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self.warmed_up = threading.Event()  # /healthz answers 503 until it is set
+        self.warmup_seconds: list[tuple[int, float]] = []
         self._error: BaseException | None = None
         self._metadata = packb(metadata(policy, self.num_steps, self.config.seed, self.config.max_request_bytes,
                                         self.config.batch_window_ms))
@@ -227,11 +231,41 @@ class PolicyServer:
                 log.info("wamkit serve: listening on ws://%s:%d (healthz: http://%s:%d/healthz)",
                          self.config.host, self.port, self.config.host, self.port)
                 self._ready.set()
+                await self._warm_up(executor)
                 await self._stop.wait()
         finally:
             batcher.cancel()
             executor.shutdown(wait=True)
             self._ready.set()
+
+    def _warmup_sizes(self) -> list[tuple[int, int]] | None:
+        """Camera sizes to warm up with, or None for no warm-up (off, or sizes unknown on auto)."""
+        from wamkit.serve.warmup import camera_sizes
+
+        wanted = self.config.warmup
+        if wanted is None:
+            wanted = next(self.policy.model.parameters()).device.type == "cuda"
+        if not wanted:
+            return None
+        sizes = camera_sizes(self.policy, self.config.warmup_size)
+        if sizes is None:
+            if self.config.warmup:
+                raise WamkitError("wamkit serve --warmup", "the data contract records no camera sizes (a run trained before they were recorded)",
+                                  "pass --warmup-size HxW (the cameras' training frame size)")
+            log.warning("wamkit serve: no warm-up (camera sizes unknown); pass --warmup-size HxW to warm up")
+        return sizes
+
+    async def _warm_up(self, executor) -> None:
+        """Every batch size once, on the inference thread, before /healthz turns 200."""
+        from wamkit.serve.warmup import warm_up
+
+        sizes = self._warmup_sizes()
+        if sizes is not None:
+            self.warmup_seconds = await self._loop.run_in_executor(
+                executor, warm_up, self.policy, self.predict_batch, self.config.max_batch, self.num_steps, sizes)
+            log.info("wamkit serve: ready (warm-up of %d batch sizes took %.1f s)", len(self.warmup_seconds),
+                     sum(s for _, s in self.warmup_seconds))
+        self.warmed_up.set()
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
@@ -258,6 +292,8 @@ class PolicyServer:
     # ---- HTTP and websocket handlers ------------------------------------------------------------
     def _process_request(self, connection, request):
         if request.path == "/healthz":
+            if not self.warmed_up.is_set():
+                return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
             return connection.respond(HTTPStatus.OK, "ok\n")
         return None
 
@@ -331,12 +367,13 @@ class PolicyServer:
 
 def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
                batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               device: str = "cpu") -> int:
+               device: str = "cpu", warmup: bool | None = None, warmup_size: tuple[int, int] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection / health check
     policy = load_policy(path, device=device, num_steps=num_steps)
     server = PolicyServer(policy, ServeConfig(host=host, port=port, batch_window_ms=batch_window_ms, max_batch=max_batch,
-                                              max_request_bytes=max_request_bytes, num_steps=num_steps, seed=seed))
+                                              max_request_bytes=max_request_bytes, num_steps=num_steps, seed=seed,
+                                              warmup=warmup, warmup_size=warmup_size))
     try:
         asyncio.run(server.serve())
     except KeyboardInterrupt:

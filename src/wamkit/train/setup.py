@@ -93,6 +93,7 @@ def build_run_data(cfg) -> RunData:
         "fps": dataset.fps,
         "chunk_length": cfg.data.chunk_length,
         "camera_keys": cameras or dataset.camera_keys,
+        "camera_sizes": [list(dataset.frame_size(c)) for c in cameras or dataset.camera_keys],  # [H, W] each (serve warm-up)
         "action_key": cfg.data.action_key,
         "action_dim": dataset.feature_dim(cfg.data.action_key),
         "state_key": state_key,
