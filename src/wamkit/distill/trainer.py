@@ -156,13 +156,21 @@ class DistillTrainer:
         return lambda model: load_model_weights(model, where)
 
     def _load_student(self, model) -> None:
-        """A fresh run's student starts from checkpoint.load_path; a resume loads its own checkpoint later."""
-        if self.latest is not None:
-            return
-        if self.on_meta:
-            materialize_run_model(model, self.cfg, self.device, load_base=True)
-        else:
+        """A fresh run's eagerly built student starts from checkpoint.load_path; a resume loads its own
+        checkpoint later."""
+        if self.latest is None:
             load_base_weights(model, self.cfg)
+
+    def _fill(self, role: str, model, load) -> None:
+        """Values for a meta-built model on the device: the student as `wamkit train` fills a fresh or
+        resumed run (materialised once, base weights read into its shards); the others random values
+        (their buffers), then `load`."""
+        if role == "student":
+            materialize_run_model(model, self.cfg, self.device, load_base=self.latest is None)
+            return
+        materialize(model, self.device, self.cfg.job.seed)
+        if load is not None:
+            load(model)
 
     def _place(self, role: str, load, frozen: bool = False):
         """Build one model, fill it (`load(model)`, or random values for None) and place it on the
@@ -171,9 +179,7 @@ class DistillTrainer:
         build while being sharded, so they shard exactly like the student."""
         if self.on_meta:
             model = parallelize(build_model(self.cfg, self.channels, "meta"), self.mesh, self.cfg)
-            materialize(model, self.device, self.cfg.job.seed)
-            if load is not None:
-                load(model)
+            self._fill(role, model, load)
         else:
             model = build_model(self.cfg, self.channels, "cpu")
             if load is not None:
