@@ -123,29 +123,34 @@ class Trainer:
 
     def _check_memory(self) -> dict | None:
         """On a GPU: the per-GPU estimate (wamkit.train.memory) against the memory this process can
-        use, and a GPUMemoryError naming what fits when it exceeds it. Returns what the out-of-memory
-        report needs; None on the CPU or when a sample's token count is not known in advance."""
+        use, and a GPUMemoryError naming what fits when it exceeds it. Returns the plan the
+        out-of-memory report needs; None on the CPU."""
         if self.device.type != "cuda":
             return None
+        free, total = torch.cuda.mem_get_info(self.device)
+        usable = free + torch.cuda.memory_allocated(self.device) - memory.GATE_MARGIN * total  # the VAE is ours already
+        plan = self.memory_plan(usable)
+        if plan is not None and self.ctx.is_main:
+            print(f"[wamkit] memory estimate {plan['estimate'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
+                  f"({torch.cuda.get_device_name(self.device)}, {total / memory.GIB:.1f} GiB): {plan['breakdown']}", flush=True)
+        if plan is not None and plan["estimate"] > usable:
+            raise memory.GPUMemoryError(
+                f"{self.cfg.job.name}: memory", f"the run needs an estimated {plan['estimate'] / memory.GIB:.1f} GiB per GPU on "
+                f"{self.ctx.world_size} GPU(s), {usable / memory.GIB:.1f} GiB is usable", self._fit_advice(plan))
+        return plan
+
+    def memory_plan(self, usable: float) -> dict | None:
+        """What the estimate of this run is made of, judged against `usable` bytes per GPU; None when
+        a sample's token count is not known before the first batch (no camera sizes in the contract)."""
         tokens = self._tokens_per_sample()
         if tokens is None:
             return None
         cfg = self.cfg
         plan = {"counts": memory.model_counts(self.model, cfg.lora.enabled), "knobs": memory.Knobs.from_config(cfg, self.ctx.world_size),
-                "tokens": tokens, "vae": memory.vae_parameter_count(cfg)}
-        plan["lora_counts"] = memory.lora_counts_for(self.model, cfg) if self.materialize else None
-        free, total = torch.cuda.mem_get_info(self.device)
-        plan["usable"] = free + torch.cuda.memory_allocated(self.device) - memory.GATE_MARGIN * total  # the VAE is ours already
+                "tokens": tokens, "vae": memory.vae_parameter_count(cfg), "usable": usable,
+                "lora_counts": memory.lora_counts_for(self.model, cfg) if self.materialize else None}
         est = memory.estimate(plan["counts"], plan["knobs"], tokens, plan["vae"])
-        plan["estimate"] = est["total"]
-        if self.ctx.is_main:
-            print(f"[wamkit] memory estimate {est['total'] / memory.GIB:.1f} GiB per GPU of {plan['usable'] / memory.GIB:.1f} GiB usable "
-                  f"({torch.cuda.get_device_name(self.device)}, {total / memory.GIB:.1f} GiB): {memory.format_estimate(est)}", flush=True)
-        if est["total"] > plan["usable"]:
-            raise memory.GPUMemoryError(
-                f"{self.cfg.job.name}: memory", f"the run needs an estimated {est['total'] / memory.GIB:.1f} GiB per GPU on "
-                f"{self.ctx.world_size} GPU(s), {plan['usable'] / memory.GIB:.1f} GiB is usable", self._fit_advice(plan))
-        return plan
+        return {**plan, "estimate": est["total"], "breakdown": memory.format_estimate(est)}
 
     def _fit_advice(self, plan: dict) -> str:
         return memory.fit_report(plan["counts"], plan["lora_counts"], plan["knobs"], plan["tokens"], plan["vae"], plan["usable"])
