@@ -80,3 +80,16 @@ def test_bf16_compute_over_fp32_masters_with_frozen_weights_used_in_place(one_pr
     assert copies == []  # every frozen weight was computed with in place, not from a per-step copy
     assert seen["position_ids"].dtype == torch.float32 and seen["vision_timesteps"].dtype == torch.float32
     torch.testing.assert_close(seen["position_ids"], batch.forward_kwargs["position_ids"], rtol=0, atol=0)  # bf16 would put 15000..15063 on 14976 / 15040
+
+
+def test_selective_checkpointing_gives_every_layer_the_same_mlp_class(one_process_group):
+    """One class (one compiled guard) per MLP type: per-instance wrappers made each of the 36 Nano layers
+    recompile until dynamo's limit, after which flex attention ran unfused (benchmarks/RESULTS.md)."""
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=2)
+    names = {n for n, _ in model.named_parameters()}
+    parallelize(model, one_process_group, _knobs("selective"))
+    for attr in ("mlp", "mlp_moe_gen"):
+        classes = {type(getattr(layer, attr)) for layer in model.layers}
+        assert len(classes) == 1 and next(iter(classes)).__name__.startswith("Checkpointed")
+        assert all("forward" not in vars(getattr(layer, attr)) for layer in model.layers)  # no per-instance attribute
+    assert {n for n, _ in model.named_parameters()} == names  # checkpoints keep their keys

@@ -103,16 +103,39 @@ def build_mesh(dims: ParallelDims, device: torch.device):
 def checkpoint_mlps(model: torch.nn.Module) -> int:
     """Selective activation checkpointing: recompute both pathways' MLPs in the backward pass. Their
     gate/up/product intermediates (3x the width each) are most of a layer's saved activations, while
-    attention, whose recompute costs the most per byte saved, keeps its activations. The forward is
-    wrapped per instance, so parameter names (and checkpoints) do not change."""
-    from torch.utils.checkpoint import checkpoint
-
+    attention, whose recompute costs the most per byte saved, keeps its activations. Each MLP's class
+    is swapped for a checkpointed subclass (parameter names and checkpoints do not change), and every
+    layer's MLP of one type shares that class: a per-instance wrapper would give each layer its own
+    guard in the compiled layer, one recompile per layer until dynamo's limit."""
     wrapped = 0
     for layer in model.layers:
         for mlp in (layer.mlp, layer.mlp_moe_gen):
-            mlp.forward = functools.partial(checkpoint, mlp.forward, use_reentrant=False)
+            mlp.__class__ = _checkpointed(type(mlp))
             wrapped += 1
     return wrapped
+
+
+@functools.cache
+def _checkpointed(cls: type) -> type:
+    """`cls` whose forward runs under torch.utils.checkpoint (non-reentrant); one subclass per class."""
+    from torch.utils.checkpoint import checkpoint
+
+    if getattr(cls, "_wamkit_checkpointed", False):
+        return cls
+
+    def forward(self, *args, **kwargs):
+        return checkpoint(cls.forward, self, *args, use_reentrant=False, **kwargs)
+
+    return type(f"Checkpointed{cls.__name__}", (cls,), {"forward": forward, "_wamkit_checkpointed": True})
+
+
+def refuse_silent_recompile_fallback() -> None:
+    """Compiled layers that exceed dynamo's recompile limit would otherwise run eagerly from then on,
+    flex attention with them, unfused and with the full N x N scores in memory (97 GiB for eight
+    480p DROID samples): an error that names the cause instead (the trainer reports it)."""
+    import torch._dynamo.config
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
 def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -166,6 +189,7 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
         raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported",
                           "use 'none', 'selective' or 'full'")
     if p.compile:
+        refuse_silent_recompile_fallback()
         for layer in model.layers:
             layer.compile(dynamic=False)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

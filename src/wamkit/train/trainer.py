@@ -170,6 +170,9 @@ class Trainer:
         peak = torch.cuda.max_memory_allocated(self.device) / memory.GIB
         plan = self.memory
         said = f"; the estimate was {plan['estimate'] / memory.GIB:.1f} GiB" if plan else ""
+        if plan and plan["estimate"] <= plan["usable"]:
+            said += (", which fits: what failed is outside it, e.g. a kernel that fell back to materialising attention scores "
+                     "(see the warnings above)")
         return memory.GPUMemoryError(
             f"{self.cfg.job.name}: step {self.step + 1}", f"ran out of GPU memory (peak {peak:.1f} GiB allocated{said}): "
             f"{str(exc).splitlines()[0]}", self._fit_advice(plan) if plan else "lower trainer.samples_per_step or turn on "
@@ -301,6 +304,11 @@ class Trainer:
             self._train_loop(stream, bar, logger, throughput)
         except torch.OutOfMemoryError as exc:
             raise self._out_of_memory(exc) from None
+        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:  # wamkit.train.parallel.refuse_silent_recompile_fallback
+            raise ConfigError("parallel.compile", f"the compiled decoder layers recompiled past dynamo's limit at step {self.step + 1} "
+                              f"(eager layers would run flex attention unfused, N x N in memory): {str(exc).splitlines()[0]}",
+                              "report it with the log (TORCH_LOGS=recompiles shows each reason); meanwhile "
+                              "--set parallel.compile=false trains eagerly, slower") from None
         finally:
             bar.close()
             if logger is not None:
