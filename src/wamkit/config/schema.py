@@ -237,7 +237,7 @@ class ParallelConfig:
     context_parallel_degree: int = 1
     activation_checkpointing: str = "none"  # none | selective (recompute the MLPs) | full (whole layers)
     compile: bool = False  # torch.compile each decoder layer
-    param_dtype: str = "float32"  # compute dtype at any world size (wamkit.train.parallel.compute_precision); masters stay fp32
+    param_dtype: str = "float32"  # compute dtype at any world size (FSDP2 mixed precision, wamkit.train.parallel); trainable masters stay fp32, frozen weights are stored in it
     reduce_dtype: str = "float32"  # gradient reduction dtype
     reshard_after_forward: bool = True  # False: keep layers gathered until backward (less traffic, more memory)
     # True: frozen weights (the text pathway) are kept whole on every GPU in param_dtype instead of

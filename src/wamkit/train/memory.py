@@ -23,16 +23,16 @@ from wamkit.errors import WamkitError
 
 GIB = 2**30
 
-# Saved activation bytes per token, layer and hidden unit, by checkpointing mode and by what trains.
-# "full" generation-pathway training without checkpointing: 31.6, measured on one H200 at Nano width
-# (benchmarks/RESULTS.md: 70.0 GiB peak for 6632 packed tokens, less bf16 weights and gradients).
-# "selective" drops the MLPs' gate/up/SiLU/product tensors (24 bytes per hidden unit); "full" keeps
-# only each layer's input (4) and recomputes one layer at a time in the backward pass. LoRA rows
-# (frozen linear layers keep no inputs for weight gradients) are calibrated on the H200 rows of
-# benchmarks/RESULTS.md ("e2e_1gpu").
+# Saved activation bytes per token, layer and hidden unit, by checkpointing mode and by what trains,
+# measured at Nano width on one H200 (benchmarks/RESULTS.md, "Memory, one H200"): full fine-tune
+# without checkpointing 31.6 (70.0 GiB peak for 6632 packed tokens, less bf16 weights and gradients);
+# LoRA without checkpointing 26.6 (g1_simple_1gpu, 75.2 GiB), LoRA with the MLPs recomputed 14.4
+# (droid_1gpu, 86.2 GiB). Full checkpointing keeps each layer's input (4) and recomputes one layer at
+# a time in the backward pass (so101_fd_chunk16 within 8% of it, online and from the latent cache).
+# The full fine-tune's selective figure is not measured: the LoRA ratio (14.4 / 26.6) applied to 31.6.
 ACTIVATION_BYTES = {
-    ("none", "full"): 31.6, ("selective", "full"): 7.6, ("full", "full"): 4.0,
-    ("none", "lora"): 24.0, ("selective", "lora"): 6.0, ("full", "lora"): 4.0,
+    ("none", "full"): 31.6, ("selective", "full"): 17.1, ("full", "full"): 4.0,
+    ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
 }
 GATE_MARGIN = 0.08  # of the device's memory kept free for the CUDA context, NCCL buffers and fragmentation
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -196,10 +197,13 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
 
     dtype = DTYPES[p.param_dtype]
     store_frozen_in(model, dtype)
+    model.register_forward_hook(_outputs_not_views)  # before FSDP2's own hook, which reads them
     # Inputs are cast by install_input_casts, not by FSDP2: its cast_forward_inputs would round the
     # root's mRoPE positions and timesteps to bf16 (positions 15000..15063 all become 14976 or 15040).
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=DTYPES[p.reduce_dtype], cast_forward_inputs=False)
-    fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
+    with warnings.catch_warnings():  # torch's deprecation of slicing a flattened dimension: nothing a user can act on
+        warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
+        fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
     frozen_whole = frozen_left_whole(cfg, mesh.size())
     for unit in shard_units(model):
         fully_shard(unit, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
@@ -207,6 +211,17 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     install_input_casts(model, dtype)
     prefetch_layers(list(model.layers), int(getattr(p, "prefetch_layers", 0) or 0))
     return model
+
+
+def _outputs_not_views(module, args, output):
+    """The transformer returns each sample's prediction as a slice of the packed output. FSDP2 hooks
+    its pre-backward on those tensors, and an in-place op on a view would drop that hook (and the
+    all-gather with it): own copies of the small per-sample outputs remove the hazard at its cause."""
+    for field in ("sample", "sound", "action"):
+        values = getattr(output, field, None)
+        if isinstance(values, list):
+            setattr(output, field, [v.clone() if isinstance(v, torch.Tensor) and v._base is not None else v for v in values])
+    return output
 
 
 def frozen_left_whole(cfg, world_size: int) -> bool:
