@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="train (or resume, by job.name) from a TOML recipe")
     train.add_argument("recipe")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key, e.g. --set trainer.max_iter=100")
-    train.add_argument("--dry-run", action="store_true", help="print the resolved config and implied shapes; do not train")
+    train.add_argument("--dry-run", action="store_true", help="print the resolved config, implied shapes and memory, and check every input the run reads (all problems at once, exit 2 if any); do not train")
     train.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     data = sub.add_parser("data", help="dataset tools")
@@ -312,15 +312,28 @@ def _train(args) -> int:
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
         from wamkit.train.dry_run import describe
+        from wamkit.train.preflight import preflight
 
-        print(describe(cfg))
-        return 0
+        try:
+            print(describe(cfg))
+        except WamkitError as exc:  # an input the shapes need is broken: the checks below name it, with the rest
+            print(f"# shapes not computed: {exc.where}: {exc.problem}")
+        return _report_preflight(preflight(cfg))
     from wamkit.train.trainer import Trainer
 
     summary = Trainer(cfg, device=args.device).train()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
         print("[wamkit] done: " + json.dumps(summary, indent=2))
     return 0
+
+
+def _report_preflight(report) -> int:
+    """The input checks on stdout, then each problem with its fix on stderr (as a launch would print
+    it); non-zero when any would stop the run."""
+    print("\n".join(report.lines()))
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if report.problems else 0
 
 
 if __name__ == "__main__":
