@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                        help="run every batch size up to --max-batch once before /healthz answers 200 (default: on for CUDA)")
     serve.add_argument("--warmup-size", default=None, metavar="HxW",
                        help="camera frame size for the warm-up (default: the training cameras' size from the data contract)")
+    serve.add_argument("--resize-images", action="store_true",
+                       help="resize camera images of another size than training's, as the training canvas does "
+                       "(default: refuse them, naming both sizes: a silent resize hides a mis-set camera)")
+    serve.add_argument("--stats-every", type=float, default=60.0, metavar="SECONDS",
+                       help="log request counts and latency percentiles this often (0: never)")
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
@@ -302,7 +307,8 @@ def _dispatch(args) -> int:
         return serve_main(args.path, host=args.host, port=args.port, num_steps=args.num_steps, seed=args.seed,
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
-                          warmup_size=parse_size(args.warmup_size) if args.warmup_size else None)
+                          warmup_size=parse_size(args.warmup_size) if args.warmup_size else None,
+                          resize_images=args.resize_images, stats_every_s=args.stats_every)
     raise AssertionError(args)
 
 
