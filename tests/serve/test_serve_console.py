@@ -84,3 +84,8 @@ def test_sigterm_stops_the_server_cleanly_with_a_line(export_dir):
     assert proc.returncode == 0, "".join(seen) + rest
     assert "stopped (SIGTERM) after 0 answered and 0 failed requests" in rest
     assert "Traceback" not in rest
+
+
+def test_an_unknown_request_key_suggests_the_nearest():
+    with pytest.raises(ProtocolError, match=r"request\['promt'\]: is not a request key\n  fix: did you mean 'prompt'\?"):
+        observation_from_request({"promt": "p", "image": np.zeros((8, 8, 3), np.uint8)}, FRONT, use_state=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import difflib
 import logging
 import signal
 import threading
@@ -73,7 +74,9 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
                             f"send a dict with keys from {list(REQUEST_KEYS)}")
     unknown = [k for k in request if k not in REQUEST_KEYS]
     if unknown:
-        raise ProtocolError(f"request[{unknown[0]!r}]", "is not a request key", f"use keys from {list(REQUEST_KEYS)}")
+        close = difflib.get_close_matches(str(unknown[0]), REQUEST_KEYS, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ProtocolError(f"request[{unknown[0]!r}]", "is not a request key", f"{hint}use keys from {list(REQUEST_KEYS)}")
     image_key, image = _one_of(request, IMAGE_KEYS)
     if "images" in request:
         if image is not None:
