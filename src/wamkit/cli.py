@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("recipe", help="a TOML recipe with a [distill] section (recipes/sim_bimanual_stage2.toml, stage3)")
     distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     distill.add_argument("--device", default="auto", help=DEVICE_HELP)
-    distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes")
+    distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes, "
+                         "and check every input the run reads, the frozen models included (exit 2 if any is missing)")
 
     export = sub.add_parser("export", help="export a run's checkpoint to a self-contained diffusers-format directory")
     export.add_argument("path", help="run directory or checkpoints/iter_<N>")
@@ -327,11 +328,11 @@ def _dispatch(args) -> int:
         import dataclasses
 
         from wamkit.distill import load_distill_recipe
-        from wamkit.train.dry_run import describe
 
         cfg, dcfg = load_distill_recipe(args.recipe, args.overrides)
-        print(describe(cfg) + "\n# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items()))
-        return 0
+        section = "# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items())
+        frozen = {f"distill.{k}": v for k, v in dataclasses.asdict(dcfg).items() if k.endswith("_path") and v}
+        return _dry_run(cfg, section, frozen)
     if args.command == "distill":
         from wamkit.distill import distill_main
 
@@ -366,14 +367,7 @@ def _train(args) -> int:
 
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
-        from wamkit.train.dry_run import describe
-        from wamkit.train.preflight import preflight
-
-        try:
-            print(describe(cfg))
-        except WamkitError as exc:  # an input the shapes need is broken: the checks below name it, with the rest
-            print(f"# shapes not computed: {exc.where}: {exc.problem}")
-        return _report_preflight(preflight(cfg))
+        return _dry_run(cfg)
     from wamkit.train.trainer import Trainer
 
     summary = Trainer(cfg, device=args.device).train()
@@ -382,9 +376,19 @@ def _train(args) -> int:
     return 0
 
 
-def _report_preflight(report) -> int:
-    """The input checks on stdout, then each problem with its fix on stderr (as a launch would print
-    it); non-zero when any would stop the run."""
+def _dry_run(cfg, extra: str = "", iterations: dict[str, str] | None = None) -> int:
+    """`--dry-run`: the resolved config, shapes and memory, then the input checks on stdout and each
+    problem with its fix on stderr (as a launch would print it); non-zero when any would stop the run."""
+    from wamkit.train.dry_run import describe
+    from wamkit.train.preflight import preflight
+
+    try:
+        print(describe(cfg))
+    except WamkitError as exc:  # an input the shapes need is broken: the checks below name it, with the rest
+        print(f"# shapes not computed: {exc.where}: {exc.problem}")
+    if extra:
+        print(extra)
+    report = preflight(cfg, iterations)
     print("\n".join(report.lines()))
     for problem in report.problems:
         print(f"error: {problem}", file=sys.stderr)

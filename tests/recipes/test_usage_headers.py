@@ -148,11 +148,12 @@ def test_full_recipe_header_runs_as_written_up_to_the_dry_run(name, tmp_path):
         argv = [re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], a) for a in argv]  # the shell's expansion
         if argv[0] in ("train", "distill"):
             argv = argv + ["--dry-run"]
-        proc = run_cli(argv, env=env, check=argv[0] != "train")
+        dry_run = argv[0] in ("train", "distill")
+        proc = run_cli(argv, env=env, check=not dry_run)
         ran += 1
-        if argv[0] == "train":  # the only input a dry run may miss: a previous stage's run, not trained yet
+        if dry_run:  # the only inputs a dry run may miss: a previous stage's runs, not trained yet
             errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-            assert all(e.startswith("error: checkpoint.load_path: runs/") for e in errors), proc.stderr
+            assert all(re.match(r"error: (checkpoint\.load_path|distill\.\w+_path): runs/", e) for e in errors), proc.stderr
             assert proc.returncode == (2 if errors else 0), proc.stderr
         if "--dry-run" in argv:
             assert "preset = nano" in proc.stdout and "memory per GPU" in proc.stdout

@@ -97,3 +97,19 @@ def test_dry_run_is_documented(flag, capsys):
     with pytest.raises(SystemExit):
         main(["train", flag])
     assert "every input" in capsys.readouterr().out
+
+
+def test_distill_dry_run_checks_the_frozen_models(monkeypatch, capsys, tmp_path):
+    from tests.bimanual.tiny import recipe, tiny_overrides
+    from wamkit.bimanual import write_synthetic_bundle
+
+    bundle = write_synthetic_bundle(tmp_path / "bundle", samples=4, chunk_length=8)
+    stage1 = tmp_path / "runs" / "s1" / "checkpoints" / "iter_000000002"
+    stage1.mkdir(parents=True)  # there, but never completed
+    sets = tiny_overrides(bundle, tmp_path / "runs", "s2", 2, load_path=str(tmp_path / "nope"),
+                          extra={"distill.teacher_path": f'"{stage1}"'})
+    argv = ["distill", str(recipe(2)), "--dry-run"] + [a for s in sets for a in ("--set", s)]
+    assert main(argv) == 2
+    out, errors = _errors(capsys)
+    assert [e.split(":")[1].strip() for e in errors] == ["checkpoint.load_path", "distill.teacher_path"], out
+    assert "no COMPLETE marker" in errors[1] or "not a completed" in errors[1]

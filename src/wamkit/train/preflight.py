@@ -49,9 +49,10 @@ class PreflightReport:
 Check = Callable[..., str | None]  # returns what it found (None: does not apply); raises WamkitError
 
 
-def preflight(cfg) -> PreflightReport:
+def preflight(cfg, iterations: dict[str, str] | None = None) -> PreflightReport:
     """Run every input check; one failing check never hides another (a check whose input failed an
-    earlier check is skipped, saying which)."""
+    earlier check is skipped, saying which). `iterations`: {field: path} of further wamkit
+    iteration directories the run reads (a distillation's teacher, reference and critic)."""
     report = PreflightReport()
 
     def run(name: str, check: Check, *args, needs: CheckResult | None = None) -> CheckResult:
@@ -74,6 +75,8 @@ def preflight(cfg) -> PreflightReport:
     base = run("base checkpoint", check_base_checkpoint)
     run("text tokenizer", check_text_tokenizer, needs=base if cfg.checkpoint.load_path else None)
     run("video tokenizer", check_vae)
+    for dotted, value in (iterations or {}).items():
+        run(dotted, check_iteration, dotted, value)
     run("output root", check_output_root)
     return report
 
@@ -177,6 +180,19 @@ def check_base_checkpoint(cfg) -> str | None:
     model = build_model(cfg, channels, meta=True)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)
     return f"{path}: {base.kind}, {len(list(base.keys()))} tensors match the model"
+
+
+def check_iteration(cfg, dotted: str, value: str) -> str:
+    """A completed wamkit iteration directory (its COMPLETE marker written last by the save)."""
+    from wamkit.train import checkpoint as ckpt
+
+    path = Path(expand_env(value, dotted)).expanduser()
+    if not path.is_dir():
+        raise ConfigError(dotted, f"{path} does not exist", "point it at a completed runs/<name>/checkpoints/iter_<N> directory")
+    if not (path / ckpt.COMPLETE_MARKER).exists():
+        raise ConfigError(dotted, f"{path} has no {ckpt.COMPLETE_MARKER} marker (not a completed wamkit checkpoint)",
+                          "point it at a completed runs/<name>/checkpoints/iter_<N> directory")
+    return f"{path}: wamkit checkpoint (step {ckpt.checkpoint_step(path)})"
 
 
 def check_text_tokenizer(cfg) -> str:
