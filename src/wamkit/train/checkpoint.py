@@ -183,8 +183,13 @@ def load_path_location(text: str):
     return path
 
 
+def read_marker(path: Path) -> dict:
+    """A completed iteration's completion marker: its step and the metadata the save recorded."""
+    return json.loads((path / COMPLETE_MARKER).read_text())
+
+
 def checkpoint_step(path: Path) -> int:
-    return int(json.loads((path / COMPLETE_MARKER).read_text())["step"])
+    return int(read_marker(path)["step"])
 
 
 def load_checkpoint(path: Path, state: dict) -> None:
