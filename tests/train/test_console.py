@@ -30,7 +30,8 @@ def test_only_the_one_process_warning_is_filtered(tmp_path):
     with warnings.catch_warnings(record=True) as raw:
         warnings.simplefilter("always")
         torch.distributed.checkpoint.save(state, checkpoint_id=str(tmp_path / "raw"))
-    assert any("torch.distributed is disabled" in str(w.message) for w in raw)  # what is filtered still exists
+    if not torch.distributed.is_initialized():  # (a training run in this process may have left a group)
+        assert any("torch.distributed is disabled" in str(w.message) for w in raw)  # what is filtered still exists
     with warnings.catch_warnings(record=True) as quiet:
         warnings.simplefilter("always")
         dcp_quiet.save(state, checkpoint_id=str(tmp_path / "quiet"))
