@@ -62,14 +62,15 @@ def preflight(cfg, iterations: dict[str, str] | None = None) -> PreflightReport:
         else:
             try:
                 found = check(cfg, *args)
-                result.skipped, result.detail = found is None, found or "not used by this recipe"
+                result.skipped, result.detail = found is None, found or "does not apply to this recipe"
             except WamkitError as exc:
                 result.problems.append(exc)
         report.results.append(result)
         return result
 
-    dataset = run("dataset", check_dataset)
-    run("dataset keys", check_dataset_keys, needs=dataset)
+    opened: dict = {}  # the dataset, opened once for both of its checks
+    dataset = run("dataset", check_dataset, opened)
+    run("dataset keys", check_dataset_keys, opened, needs=dataset)
     run("keep ranges", check_keep_ranges)
     run("latent cache", check_latent_cache)
     base = run("base checkpoint", check_base_checkpoint)
@@ -91,7 +92,7 @@ def _missing(dotted: str, path: Path, problem: str = "does not exist") -> Config
     return ConfigError(dotted, f"{path} {problem}", f"point {dotted} at {what.split(';')[0]} (e.g. --set {dotted}={example})")
 
 
-def check_dataset(cfg) -> str:
+def check_dataset(cfg, opened: dict) -> str:
     from wamkit.bimanual.bundle import is_bundle, open_bundle
     from wamkit.data.multi import is_multi_root
 
@@ -102,25 +103,19 @@ def check_dataset(cfg) -> str:
         if cfg.data.generate_demo:
             return f"{root} is missing: data.generate_demo writes the demo dataset there"
         raise _missing("data.path", root, "does not exist" if not root.exists() else "has no meta/info.json (not a LeRobot v3.0 dataset)")
-    dataset = _dataset(cfg)
+    from wamkit.train.setup import open_dataset
+
+    dataset = opened["dataset"] = open_dataset(cfg)
     return (f"{root}: LeRobot v3.0, {len(dataset.episode_indices)} episodes, {dataset.fps:g} fps, "
             f"cameras {dataset.camera_keys}")
 
 
-def _dataset(cfg):
-    from wamkit.train.setup import open_dataset
-
-    return open_dataset(cfg)
-
-
-def check_dataset_keys(cfg) -> str | None:
+def check_dataset_keys(cfg, opened: dict) -> str | None:
     """The features and statistics the recipe reads are in the dataset (what build_run_data would
-    refuse, without reading a single parquet row)."""
-    from wamkit.bimanual.bundle import is_bundle
-
-    if is_bundle(cfg.data.resolved_path()) or not (cfg.data.resolved_path() / "meta").exists():
+    refuse, without reading a single parquet row). None for a bundle or a demo still to be written."""
+    if "dataset" not in opened:
         return None
-    dataset, d = _dataset(cfg), cfg.data
+    dataset, d = opened["dataset"], cfg.data
     info = f"{dataset.root}/meta/info.json: features"
     fix = "set the key to one of the dataset's features, or check the dataset with `wamkit data doctor`"
     if d.action_key not in dataset.features:
@@ -208,8 +203,9 @@ def check_vae(cfg) -> str:
     path = _field_path(cfg, "model.vae_path")
     if not path.is_dir():
         raise _missing("model.vae_path", path, "does not exist" if not path.exists() else "is not a directory")
-    if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
-        raise _missing("model.vae_path", path, "has no config.json and *.safetensors (not a diffusers AutoencoderKLWan directory)")
+    if not (path / "config.json").is_file() or not any([*path.glob("*.safetensors"), *path.glob("*.bin")]):
+        raise _missing("model.vae_path", path, "has no config.json and weights (*.safetensors or *.bin): not a diffusers "
+                       "AutoencoderKLWan directory")
     return f"{path}: AutoencoderKLWan directory"
 
 
