@@ -64,7 +64,7 @@ def test_console_says_what_it_serves_each_refusal_the_rates_and_the_stop(export_
     rates = [line for line in lines if line.startswith("wamkit serve: last ")]
     assert sum(int(line.split(": ")[2].split()[0]) for line in rates) == 1, text  # answered, over the intervals
     assert any(" 1 failed" in line for line in rates) and any("latency p50 " in line and " ms, p99 " in line for line in rates)
-    assert lines[-1] == "wamkit serve: stopped (stopped) after 1 answered and 1 failed requests"
+    assert lines[-1] == "wamkit serve: stopped (stop() called) after 1 answered and 1 failed requests"
 
 
 def test_sigterm_stops_the_server_cleanly_with_a_line(export_dir):

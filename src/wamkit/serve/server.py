@@ -311,7 +311,7 @@ class PolicyServer:
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self._loop.call_soon_threadsafe(self._stop_for, "stop() called")
 
     def start_in_thread(self, timeout: float = 30.0) -> "PolicyServer":
         def run():
@@ -350,7 +350,7 @@ class PolicyServer:
                 await websocket.send(reply)
                 self.stats["requests"] += 1
                 if self.config.max_requests is not None and self.stats["requests"] >= self.config.max_requests:
-                    self._stop_for(f"after --max-requests {self.config.max_requests}")
+                    self._stop_for(f"max_requests={self.config.max_requests} reached")
                     break
         except ConnectionClosed:
             pass
