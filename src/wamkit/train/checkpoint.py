@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-import torch.distributed.checkpoint as dcp
+from wamkit.train import dcp_quiet as dcp  # DCP without its one-process warning
 
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.storage import is_remote, location, remove_tree
