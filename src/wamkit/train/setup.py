@@ -162,7 +162,7 @@ def load_base_weights(model, cfg) -> str:
     action head."""
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():
-        ckpt.load_checkpoint(path, {"model": model.state_dict()})
+        ckpt.load_checkpoint(path, {"model": model.state_dict()}, cfg.checkpoint.verify)
         return "wamkit checkpoint"
     return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
@@ -187,7 +187,7 @@ def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> 
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
         materialize(model, device, cfg.job.seed)
-        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)})
+        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)}, cfg.checkpoint.verify)
         return f"fresh run from base weights (wamkit checkpoint) {path}"
     base = BaseWeights(path)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)

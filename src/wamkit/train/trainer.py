@@ -25,6 +25,7 @@ from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
+from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
 from wamkit.train.schedule import build_schedule
@@ -44,6 +45,7 @@ from wamkit.train.tracking import check_wandb, start_wandb
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "checkpoint.verify", "checkpoint.on_damage", "checkpoint.resume_step",  # how checkpoints are checked and chosen
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
     "parallel.data_parallel_replicate_degree", "trainer.grad_accum_iter",
@@ -82,7 +84,7 @@ class Trainer:
         self.materialize = builds_on_meta(cfg, self.device)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, "meta" if self.materialize else self.device)
         check_vocab(self.model, self.text_tokenizer)
-        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
+        self.latest = resume_point(self.checkpoints_dir, cfg.checkpoint, self.ctx)  # verified (wamkit.train.recovery)
         self.init_note = "" if self.materialize else self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
         self.dims = dims = parallel_dims(cfg, self.ctx.world_size)
@@ -165,7 +167,7 @@ class Trainer:
             return self.init_note
         self._check_same_recipe(latest)
         state = self.state()
-        ckpt.load_checkpoint(latest, state)
+        ckpt.load_checkpoint(latest, state, verify=None)  # verified by resume_point
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
@@ -196,7 +198,7 @@ class Trainer:
 
     def save(self) -> Path:
         metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
