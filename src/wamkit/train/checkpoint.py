@@ -25,7 +25,7 @@ from pathlib import Path
 import torch.distributed.checkpoint as dcp
 
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.storage import is_remote, location, remove_tree
+from wamkit.storage import is_remote, location, move_tree, remove_tree
 from wamkit.train import disk
 from wamkit.train import manifest
 from wamkit.train.faults import KILL_DURING_SAVE, KILL_RANK_DURING_SAVE, maybe_kill
@@ -123,10 +123,7 @@ def _clear_for_save(final, checkpoints_dir) -> None:
     aside, n = checkpoints_dir / f"replaced_{final.name}", 1
     while aside.exists():
         aside, n = checkpoints_dir / f"replaced_{final.name}_{n}", n + 1
-    if is_remote(final):
-        final.fs.mv(final.path, aside.path, recursive=True)
-    else:
-        os.rename(final, aside)
+    move_tree(final, aside)
     print(f"[wamkit] {final} existed from an earlier save; kept it as {aside.name} (delete it once you no longer need it)", flush=True)
 
 

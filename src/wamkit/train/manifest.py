@@ -61,6 +61,7 @@ def file_entries(directory, names, hashes: bool) -> dict:
 def list_files(directory) -> list[str]:
     """Every file under `directory` as a relative posix name, the manifest itself left out."""
     if hasattr(directory, "fs"):  # a UPath: one listing call instead of a walk
+        _forget_listings(directory)
         root = directory.path.rstrip("/") + "/"
         names = [p[len(root):] for p in directory.fs.find(directory.path)]
     else:
@@ -134,6 +135,7 @@ def damage_of(directory, level: str = "hash", collective: bool = True) -> list[D
     under torch.distributed: every rank must call it; otherwise this process checks every file."""
     if level not in VERIFY_LEVELS:
         raise ValueError(f"verify level {level!r} is not one of {VERIFY_LEVELS}")
+    _forget_listings(directory)
     try:
         files = read_manifest(directory)
     except CheckpointError as exc:
@@ -155,6 +157,12 @@ def damage_report(directory, damage: list[Damage]) -> str:
 
 def unverified_note(directory) -> str:
     return f"[wamkit] note: {directory} has no {MANIFEST} (written before wamkit recorded one): its files cannot be verified"
+
+
+def _forget_listings(directory) -> None:
+    """An object-store filesystem caches listings (and sizes) per process: look at the store itself."""
+    if hasattr(directory, "fs"):
+        directory.fs.invalidate_cache(directory.path)
 
 
 def _size(path) -> int | None:
