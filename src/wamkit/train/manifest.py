@@ -64,6 +64,7 @@ def list_files(directory) -> list[str]:
         _forget_listings(directory)
         root = directory.path.rstrip("/") + "/"
         names = [p[len(root):] for p in directory.fs.find(directory.path)]
+        _forget_listings(directory)  # this listing predates the marker: never let a later exists() see it
     else:
         names = [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
     return sorted(n for n in names if n and n != MANIFEST)
@@ -148,6 +149,7 @@ def damage_of(directory, level: str = "hash", collective: bool = True) -> list[D
         return None
     rank, world = rank_and_world() if collective else (0, 1)
     own += find_damage(directory, files, level, rank, world)
+    _forget_listings(directory)
     return sorted(set(share(own)), key=lambda d: d.file)
 
 
@@ -160,7 +162,8 @@ def unverified_note(directory) -> str:
 
 
 def _forget_listings(directory) -> None:
-    """An object-store filesystem caches listings (and sizes) per process: look at the store itself."""
+    """An object-store filesystem caches listings (and sizes) per process: look at the store itself,
+    and leave no listing behind that a later look (at a marker written meanwhile) would trust."""
     if hasattr(directory, "fs"):
         directory.fs.invalidate_cache(directory.path)
 
