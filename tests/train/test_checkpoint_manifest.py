@@ -95,6 +95,17 @@ def test_resuming_a_damaged_latest_checkpoint_names_the_file_and_the_way_back(ki
     assert sorted((p.name, p.stat().st_size) for p in damaged.iterdir()) == before  # nothing touched
 
 
+@pytest.mark.parametrize("pointer", [None, "", "iter_0000000"])
+def test_a_lost_or_torn_latest_pointer_is_damage_not_a_fresh_start(pointer, demo_root, trained, tmp_path):
+    run = _copy(trained, tmp_path)
+    latest = run / "checkpoints" / ckpt.LATEST
+    latest.unlink() if pointer is None else latest.write_text(pointer)
+    with pytest.raises(CheckpointError) as err:
+        Trainer(_cfg(demo_root, tmp_path, "run", 4))
+    assert "is damaged: latest: " in str(err.value) and "--set checkpoint.resume_step=4" in err.value.fix, str(err.value)
+    assert "at step 4" in Trainer(_cfg(demo_root, tmp_path, "run", 4, "checkpoint.on_damage=previous")).resume_or_init()
+
+
 def test_the_cli_prints_the_error_without_a_traceback_and_the_set_it_names_resumes(demo_root, trained, tmp_path):
     run = _copy(trained, tmp_path)
     _flip(run / "checkpoints" / "iter_000000004" / SHARD)

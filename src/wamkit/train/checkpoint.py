@@ -276,8 +276,9 @@ def _marker_field(marker, key: str):
 
 
 def step_of_name(name: str) -> int | None:
+    """N of an iter_<N> name; None for any other name."""
     digits = name.removeprefix("iter_")
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if name.startswith("iter_") and digits.isdigit() else None
 
 
 def load_checkpoint(path: Path, state: dict, verify: str | None = "hash") -> None:

@@ -28,14 +28,14 @@ def resume_point(checkpoints_dir, cfg, ctx=None) -> Path | None:
             raise ConfigError("checkpoint.resume_step", f"is {cfg.resume_step}, but {latest} (named by `latest`) is newer and intact",
                               f"remove --set checkpoint.resume_step={cfg.resume_step} to continue from {latest}; resume_step is "
                               "for stepping back past a damaged checkpoint")
-    elif latest is None:
+    elif latest is None and not ckpt.iterations(checkpoints_dir):
         return None
     else:
-        target = checkpoints_dir / latest
-    damage = _damage(target, cfg.verify)
+        target = checkpoints_dir / (latest or ckpt.LATEST)
+    damage = (_pointer_damage(checkpoints_dir, latest) if not cfg.resume_step else []) or _damage(target, cfg.verify)
     if not damage:
         return target
-    previous = newest_intact(checkpoints_dir, ckpt.step_of_name(target.name) or 0, cfg.verify)
+    previous = newest_intact(checkpoints_dir, ckpt.step_of_name(target.name) if target.exists() else None, cfg.verify)
     if cfg.on_damage == "previous" and previous is not None:
         if rank_and_world()[0] == 0:
             bar = "!" * 100
@@ -46,12 +46,21 @@ def resume_point(checkpoints_dir, cfg, ctx=None) -> Path | None:
     raise CheckpointError(str(target), damage_report(target, damage), _fix(target, previous))
 
 
-def newest_intact(checkpoints_dir, before: int, verify: str) -> Path | None:
-    """The newest iteration older than step `before` whose files verify (collective)."""
+def newest_intact(checkpoints_dir, before: int | None, verify: str) -> Path | None:
+    """The newest iteration older than step `before` (None: any) whose files verify (collective)."""
     for path in reversed(ckpt.iterations(checkpoints_dir)):
-        if (ckpt.step_of_name(path.name) or 0) < before and not _damage(path, verify):
+        if (before is None or (ckpt.step_of_name(path.name) or 0) < before) and not _damage(path, verify):
             return path
     return None
+
+
+def _pointer_damage(checkpoints_dir, latest: str | None) -> list:
+    """`latest` lost while iterations exist, or naming none that exists: never a silent fresh start."""
+    if latest is None:
+        return [Damage(ckpt.LATEST, "missing, although iter_<N> directories exist (a fresh start would discard them)")]
+    if ckpt.step_of_name(latest) is None or not (checkpoints_dir / latest).exists():
+        return [Damage(ckpt.LATEST, f"names {latest!r}, which is no existing iter_<N> directory")]
+    return []
 
 
 def _damage(path, verify: str) -> list:
