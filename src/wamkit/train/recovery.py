@@ -23,21 +23,18 @@ def resume_point(checkpoints_dir, cfg, ctx=None) -> Path | None:
     _barrier(ctx)
     latest = ckpt.latest_name(checkpoints_dir)
     if cfg.resume_step:
-        target = _named_step(checkpoints_dir, cfg.resume_step)
-        if latest and (ckpt.step_of_name(latest) or 0) > cfg.resume_step and not _damage(checkpoints_dir / latest, cfg.verify):
-            raise ConfigError("checkpoint.resume_step", f"is {cfg.resume_step}, but {latest} (named by `latest`) is newer and intact",
-                              f"remove --set checkpoint.resume_step={cfg.resume_step} to continue from {latest}; resume_step is "
-                              "for stepping back past a damaged checkpoint")
+        target = _named_step(checkpoints_dir, cfg.resume_step, latest, cfg.verify)
+        damage = _damage(target, cfg.verify)
     elif latest is None and not ckpt.iterations(checkpoints_dir):
         return None
     else:
         target = checkpoints_dir / (latest or ckpt.LATEST)
-    damage = (_pointer_damage(checkpoints_dir, latest) if not cfg.resume_step else []) or _damage(target, cfg.verify)
+        damage = _pointer_damage(checkpoints_dir, latest) or _damage(target, cfg.verify)
     if not damage:
         return target
     previous = newest_intact(checkpoints_dir, ckpt.step_of_name(target.name) if target.exists() else None, cfg.verify)
     if cfg.on_damage == "previous" and previous is not None:
-        if rank_and_world()[0] == 0:
+        if ctx is None or ctx.is_main:
             bar = "!" * 100
             print(f"{bar}\n[wamkit] WARNING: {target} {damage_report(target, damage)}\n[wamkit] WARNING: resuming from "
                   f"{previous.name} instead (checkpoint.on_damage = \"previous\"); the damaged files are kept as they are\n{bar}",
@@ -79,12 +76,18 @@ def _damage(path, verify: str) -> list:
     return []
 
 
-def _named_step(checkpoints_dir, step: int):
+def _named_step(checkpoints_dir, step: int, latest: str | None, verify: str):
+    """iter_<step>, which must exist; refused while `latest` names a newer intact checkpoint, so a
+    relaunch that still carries the --set after the run went on never goes back."""
     target = ckpt.iteration_dir(checkpoints_dir, step)
     if not target.exists():
         have = [p.name for p in ckpt.iterations(checkpoints_dir)]
         raise ConfigError("checkpoint.resume_step", f"is {step}, but {target} does not exist",
                           f"use the step of one of {have}" if have else "leave it at 0 (resume from `latest`)")
+    if latest and (ckpt.step_of_name(latest) or 0) > step and not _damage(checkpoints_dir / latest, verify):
+        raise ConfigError("checkpoint.resume_step", f"is {step}, but {latest} (named by `latest`) is newer and intact",
+                          f"remove --set checkpoint.resume_step={step} to continue from {latest}; resume_step is for "
+                          "stepping back past a damaged checkpoint")
     return target
 
 
