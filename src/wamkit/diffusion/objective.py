@@ -18,14 +18,16 @@ import torch
 
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
 from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
-from wamkit.train.flops import sequence_flops
+from wamkit.train.flops import generation_weights_train, sequence_flops
 
 
 @dataclass
 class StepLosses:
+    """Device tensors: a training step reads them back only when it logs (no host sync per micro-batch)."""
+
     total: torch.Tensor
-    video: float
-    action: float
+    video: torch.Tensor  # detached
+    action: torch.Tensor  # detached
 
 
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
@@ -50,6 +52,7 @@ class ModeObjective:
         self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.train.flops)
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
+        self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
         self.video_tokenizer = video_tokenizer
         self.text_tokenizer = text_tokenizer
         self.cfg = diffusion_cfg
@@ -123,7 +126,7 @@ class ModeObjective:
             seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
             sequence.append(seq)
             targets.append(target)
-        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence)  # for MFU / tokens/s
+        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence, self.weight_grads)  # MFU, tokens/s
         batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple)
         hold_layout(self.processor, batch)  # kept through backward: activation checkpointing recomputes the layers
         out = self.model(**batch.forward_kwargs)
@@ -188,7 +191,7 @@ class ModeObjective:
         video = torch.stack(video_terms).mean() if video_terms else zero
         action = torch.stack(action_terms).mean() if action_terms else zero
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
-        return StepLosses(total=total, video=video.item(), action=action.item())
+        return StepLosses(total=total, video=video.detach(), action=action.detach())
 
 
 def tensor_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:

@@ -58,7 +58,8 @@ from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
-from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
+from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_dims, parallelize, run_mesh
+from wamkit.train.base_identity import require_full_weights
 from wamkit.train.schedule import build_schedule
 from wamkit.model.materialize import materialize
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
@@ -75,6 +76,7 @@ def frozen_source(path: str, what: str) -> Path:
     where = Path(expand_env(path, f"distill.{what}_path")).expanduser()
     if not (where / ckpt.COMPLETE_MARKER).is_file():
         raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
+    require_full_weights(where, ckpt.read_marker(where), what)
     return where
 
 
@@ -112,7 +114,7 @@ class DistillTrainer:
         if parallel_dims(cfg, self.ctx.world_size).cp > 1:
             raise ConfigError("parallel.context_parallel_degree", f"is {cfg.parallel.context_parallel_degree}; the distillation "
                               "stages (2, 3) have no context-parallel path yet", "set it to 1 for `wamkit distill`")
-        self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
+        self.mesh = run_mesh(self.ctx, parallel_dims(cfg, self.ctx.world_size))
         # On a GPU every model is built on the meta device and materialised shard by shard there, its
         # weights read into the shards (wamkit.model.materialize): no host copy of any of them.
         self.on_meta = builds_on_meta(cfg, self.device)
@@ -390,8 +392,8 @@ class DistillTrainer:
 
     # ---- loop --------------------------------------------------------------------------------
     def _apply(self, model, optimizer, scheduler) -> float:
-        """One optimizer step on the gradients the step's backward left (outside compute_precision:
-        the fp32 masters, not their compute copies)."""
+        """One optimizer step on the gradients the step's backward left (FSDP2 reduced them into the
+        fp32 master shards)."""
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -415,14 +417,13 @@ class DistillTrainer:
         model, optimizer, scheduler = ((self.student, self.optimizer, self.scheduler) if role == "student"
                                        else (self.critic, self.critic_optimizer, self.critic_scheduler))
         optimizer.zero_grad(set_to_none=True)
-        with compute_precision(self.cfg, self.mesh, list(self.models.values())):
-            if self.dcfg.method == "tf_dcm":
-                loss = self.dcm_loss(samples, latents, gens)
-            elif role == "student":
-                loss = self.dmd_loss(samples, latents, gens)
-            else:
-                loss = self.critic_loss(samples, latents, gens)
-            loss.backward()
+        if self.dcfg.method == "tf_dcm":
+            loss = self.dcm_loss(samples, latents, gens)
+        elif role == "student":
+            loss = self.dmd_loss(samples, latents, gens)
+        else:
+            loss = self.critic_loss(samples, latents, gens)
+        loss.backward()
         value = all_reduce_mean(loss.item(), self.ctx)
         if not math.isfinite(value):
             raise FloatingPointError(f"{role} loss is {value} at step {self.step}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from wamkit.model.tokenizer import build_video_tokenizer
 from wamkit.storage import is_remote, location
 from wamkit.train import checkpoint as ckpt
 from wamkit.train import manifest as files
+from wamkit.train.base_identity import BASE_KEY, base_identity, check_same_base, trainable_state
 
 EXPORT_MANIFEST = "wamkit.json"
 EXPORT_FORMAT = "wamkit-export"
@@ -107,17 +109,21 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
         raise CheckpointError(str(config_file), "is missing next to the checkpoint", "pass a checkpoint inside its run directory (runs/<name>/checkpoints/iter_<N>)")
     cfg = config_from_dict(json.loads(config_file.read_text()))
     ckpt.verify_checkpoint(iteration, cfg.checkpoint.verify)  # before its marker or .metadata is read
-    marker = json.loads((iteration / ckpt.COMPLETE_MARKER).read_text())
+    marker = ckpt.read_marker(iteration)
     contract = marker.get("data_contract")
     if contract is None:
         raise CheckpointError(str(iteration / ckpt.COMPLETE_MARKER), "has no data_contract", "re-save the checkpoint with this wamkit version")
     _check_contract(contract, str(iteration / ckpt.COMPLETE_MARKER))
     video_tokenizer, text_tokenizer = build_tokenizers(cfg)
-    model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+    saved_base = marker.get(BASE_KEY)
+    if saved_base is not None:  # a LoRA run's checkpoint holds only what trained: its base first
+        model = lora_model_on_base(cfg, video_tokenizer.latent_channels, saved_base, iteration)
+    else:
+        model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+        if cfg.lora.enabled:  # an older LoRA checkpoint with every weight: load into the same structure
+            apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
     check_vocab(model, text_tokenizer)
-    if cfg.lora.enabled:  # the checkpoint holds adapter weights: load into the same structure
-        apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
-    state: dict = {"model": model.state_dict()}
+    state: dict = {"model": trainable_state(model) if saved_base is not None else model.state_dict()}
     if use_ema:
         if not _has_ema(iteration):
             raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
@@ -140,6 +146,25 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
         source={"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"},
         experiment_config=dataclasses.asdict(cfg),
     )
+
+
+def lora_model_on_base(cfg, channels: int, saved_base: dict, iteration: Path) -> torch.nn.Module:
+    """A LoRA run's model on the host with its frozen weights rebuilt as the run built them (the base
+    it names, or its seed's keyed random values) and checked against the recorded checksum; the
+    trainable tensors are then loaded from the checkpoint."""
+    from wamkit.train.setup import build_model, materialize_run_model
+
+    cfg = copy.deepcopy(cfg)
+    cfg.checkpoint.load_path, cfg.job.seed = saved_base["load_path"], saved_base["seed"]
+    if cfg.checkpoint.load_path and not Path(cfg.checkpoint.load_path).exists():
+        raise CheckpointError(str(iteration), f"names its base weights {cfg.checkpoint.load_path}, which do not exist (a LoRA "
+                              "checkpoint holds only the adapters and the trained action pathway)",
+                              "put the base weights back at that path (or a link to them), then load again")
+    model = build_model(cfg, channels, meta=True)
+    apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
+    materialize_run_model(model, cfg, torch.device("cpu"), load_base=True)
+    check_same_base(saved_base, base_identity(cfg, model), iteration)
+    return model
 
 
 def read_manifest(directory: str | Path) -> dict:

@@ -236,8 +236,17 @@ def load_path_location(text: str):
     return path
 
 
+def read_marker(path: Path) -> dict:
+    """A completed iteration's completion marker: its step and the metadata the save recorded."""
+    try:
+        return json.loads((path / COMPLETE_MARKER).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(str(path / COMPLETE_MARKER), f"is torn or altered (not JSON: {exc})",
+                              "restore the checkpoint from a copy, or use another iteration") from exc
+
+
 def checkpoint_step(path: Path) -> int:
-    return int(json.loads((path / COMPLETE_MARKER).read_text())["step"])
+    return int(read_marker(path)["step"])
 
 
 DAMAGE_FIX = "restore the damaged files from a copy of this checkpoint, or load another iteration (runs/<name>/checkpoints/iter_<N>)"
