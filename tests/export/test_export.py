@@ -30,7 +30,7 @@ def _obs(seed):
 
 
 def test_export_layout_and_manifest(exported, run_dir):
-    assert sorted(p.name for p in exported.iterdir()) == ["transformer", "wamkit.json"]
+    assert sorted(p.name for p in exported.iterdir()) == ["transformer", "wamkit.json", "wamkit_manifest.json"]
     assert (exported / "transformer" / "config.json").is_file()
     assert list((exported / "transformer").glob("*.safetensors"))
     manifest = json.loads((exported / "wamkit.json").read_text())

@@ -57,6 +57,7 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
+from wamkit.train.recovery import resume_point
 from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.train.base_identity import require_full_weights
 from wamkit.train.schedule import build_schedule
@@ -79,10 +80,10 @@ def frozen_source(path: str, what: str) -> Path:
     return where
 
 
-def load_model_weights(model, where: Path) -> None:
+def load_model_weights(model, where: Path, verify: str = "hash") -> None:
     """An iteration directory's regular weights ("model") into `model`, plain or sharded (DCP reads
-    only each rank's shards)."""
-    ckpt.load_checkpoint(where, {"model": model.state_dict()})
+    only each rank's shards), its files checked first (checkpoint.verify)."""
+    ckpt.load_checkpoint(where, {"model": model.state_dict()}, verify)
 
 
 class DistillTrainer:
@@ -117,7 +118,7 @@ class DistillTrainer:
         # On a GPU every model is built on the meta device and materialised shard by shard there, its
         # weights read into the shards (wamkit.model.materialize): no host copy of any of them.
         self.on_meta = builds_on_meta(cfg, self.device)
-        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
+        self.latest = resume_point(self.checkpoints_dir, cfg.checkpoint, self.ctx)  # verified (wamkit.train.recovery)
         if self.latest is None and not cfg.checkpoint.load_path:
             raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
@@ -155,7 +156,7 @@ class DistillTrainer:
     def _from(self, path: str, what: str):
         """The loader of a frozen or critic model's weights (checked before anything is built)."""
         where = frozen_source(path, what)
-        return lambda model: load_model_weights(model, where)
+        return lambda model: load_model_weights(model, where, self.cfg.checkpoint.verify)
 
     def _load_student(self, model) -> None:
         """A fresh run's eagerly built student starts from checkpoint.load_path; a resume loads its own
@@ -220,7 +221,7 @@ class DistillTrainer:
             return f"fresh {self.dcfg.method} run; student from {self.cfg.checkpoint.load_path}"
         self._check_same_recipe()
         state = self.state()
-        ckpt.load_checkpoint(self.latest, state)
+        ckpt.load_checkpoint(self.latest, state, verify=None)  # verified by resume_point
         set_optimizer_state_dict(self.student, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.ema.load_state_dict(state["ema"])
@@ -250,7 +251,7 @@ class DistillTrainer:
         metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size, "distill": distill_to_dict(self.dcfg),
                     "student_sigmas": self.student_sigmas, "student_updates": self.student_updates,
                     "critic_updates": self.critic_updates}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path

@@ -3,6 +3,7 @@
     <out_dir>/transformer/      Cosmos3OmniTransformer.save_pretrained (from_pretrained loads it)
     <out_dir>/text_tokenizer/   the run's resolved text tokenizer (none for the byte tokenizer)
     <out_dir>/wamkit.json       data contract + what is needed to rebuild tokenizers and sampling
+    <out_dir>/wamkit_manifest.json  every file's size and hash, checked by every load (wamkit.train.manifest)
 
 The directory is written under a temporary sibling, reloaded and checked against the in-memory
 model on a fixed packed input, and only then renamed into place; an existing non-empty out_dir is
@@ -20,7 +21,8 @@ import torch
 from wamkit.errors import WamkitError
 from wamkit.model.text_tokenizer import save_text_tokenizer
 from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
-from wamkit.policy.loading import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export
+from wamkit.policy.loading import (EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export,
+                                   write_file_manifest)
 
 
 class ExportError(WamkitError):
@@ -54,6 +56,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
             "experiment_config": loaded.experiment_config,
         }
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        write_file_manifest(tmp)
         reloaded = load_from_export(tmp, device=device)
         verify_same_tokens(loaded.text_tokenizer, reloaded.text_tokenizer, loaded.contract["prompt_template"])
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,

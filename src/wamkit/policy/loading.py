@@ -17,6 +17,7 @@ from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokeniz
 from wamkit.model.tokenizer import build_video_tokenizer
 from wamkit.storage import is_remote, location
 from wamkit.train import checkpoint as ckpt
+from wamkit.train import manifest as files
 from wamkit.train.base_identity import BASE_KEY, base_identity, check_same_base, trainable_state
 
 EXPORT_MANIFEST = "wamkit.json"
@@ -107,6 +108,7 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     if not config_file.is_file():
         raise CheckpointError(str(config_file), "is missing next to the checkpoint", "pass a checkpoint inside its run directory (runs/<name>/checkpoints/iter_<N>)")
     cfg = config_from_dict(json.loads(config_file.read_text()))
+    ckpt.verify_checkpoint(iteration, cfg.checkpoint.verify)  # before its marker or .metadata is read
     marker = ckpt.read_marker(iteration)
     contract = marker.get("data_contract")
     if contract is None:
@@ -126,7 +128,7 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
         if not _has_ema(iteration):
             raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
         state["ema"] = {n: torch.empty_like(p, dtype=torch.float32) for n, p in model.named_parameters() if p.requires_grad}
-    ckpt.load_checkpoint(iteration, state)
+    ckpt.load_checkpoint(iteration, state, verify=None)  # verified above
     if use_ema:
         with torch.no_grad():
             params = dict(model.named_parameters())
@@ -208,8 +210,35 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     return model
 
 
+EXPORT_DAMAGE_FIX = "re-export the run (wamkit export RUN OUT_DIR), or restore the damaged files from a copy of the export"
+
+
+def write_file_manifest(directory: Path) -> None:
+    """Record every file of an export (sizes and hashes, wamkit.train.manifest); call after the last file."""
+    files.write_manifest(directory, files.file_entries(directory, files.list_files(directory), hashes=True), hashes=True)
+
+
+def verify_export(directory: Path) -> None:
+    """Check an export's files against its file manifest (at the level its run's checkpoint.verify
+    names, hashes by default); an export written before manifests loads with a one-line note."""
+    damage = files.damage_of(directory, _export_verify_level(directory), collective=False)
+    if damage is None:
+        print(files.unverified_note(directory), flush=True)
+    elif damage:
+        raise CheckpointError(str(directory), files.damage_report(directory, damage), EXPORT_DAMAGE_FIX)
+
+
+def _export_verify_level(directory: Path) -> str:
+    try:
+        level = json.loads((directory / EXPORT_MANIFEST).read_text())["experiment_config"]["checkpoint"]["verify"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "hash"
+    return level if level in files.VERIFY_LEVELS else "hash"
+
+
 def load_from_export(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     directory = Path(directory).expanduser()
+    verify_export(directory)
     data = read_manifest(directory)
     info = data["model"]
     video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]), device=device)

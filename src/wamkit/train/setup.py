@@ -163,8 +163,9 @@ def load_base_weights(model, cfg) -> str:
     action head."""
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():
+        ckpt.verify_checkpoint(path, cfg.checkpoint.verify)  # before its marker is read
         require_full_weights(path, ckpt.read_marker(path), "base of checkpoint.load_path")
-        ckpt.load_checkpoint(path, {"model": model.state_dict()})
+        ckpt.load_checkpoint(path, {"model": model.state_dict()}, verify=None)  # verified above
         return "wamkit checkpoint"
     return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
@@ -189,9 +190,10 @@ def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> 
         return "fresh run from random initialisation"
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
+        ckpt.verify_checkpoint(path, cfg.checkpoint.verify)  # before its marker is read
         require_full_weights(path, ckpt.read_marker(path), "base of checkpoint.load_path")
         materialize(model, device, cfg.job.seed)
-        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)})
+        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)}, verify=None)  # verified above
         return f"fresh run from base weights (wamkit checkpoint) {path}"
     base = BaseWeights(path)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)

@@ -28,6 +28,7 @@ from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
+from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean_tensor, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.train.schedule import build_schedule
@@ -47,6 +48,7 @@ from wamkit.train.tracking import check_wandb, start_wandb
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "checkpoint.verify", "checkpoint.on_damage", "checkpoint.resume_step",  # how checkpoints are checked and chosen
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
     "parallel.data_parallel_replicate_degree", "trainer.grad_accum_iter",
@@ -86,7 +88,7 @@ class Trainer:
         self.materialize = builds_on_meta(cfg, self.device)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, "meta" if self.materialize else self.device)
         check_vocab(self.model, self.text_tokenizer)
-        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
+        self.latest = resume_point(self.checkpoints_dir, cfg.checkpoint, self.ctx)  # verified (wamkit.train.recovery)
         # A LoRA run's checkpoints hold only what trains: its frozen weights come from the base on resume too.
         self.trainable_only = saves_trainable_only(cfg)
         self.init_note = "" if self.materialize else self._load_base_if_fresh()
@@ -231,7 +233,7 @@ class Trainer:
             check_same_base(saved_base, self.base, latest)
         elif self.trainable_only:  # written before LoRA checkpoints left the base out: it holds every weight
             state["model"] = self.model.state_dict()
-        ckpt.load_checkpoint(latest, state)
+        ckpt.load_checkpoint(latest, state, verify=None)  # verified by resume_point
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
@@ -263,7 +265,7 @@ class Trainer:
     def save(self) -> Path:
         metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size,
                     **({BASE_KEY: self.base} if self.trainable_only else {})}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
