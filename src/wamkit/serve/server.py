@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -295,6 +296,8 @@ class PolicyServer:
             if not self.warmed_up.is_set():
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
             return connection.respond(HTTPStatus.OK, "ok\n")
+        if request.path == "/stats":
+            return connection.respond(HTTPStatus.OK, json.dumps(server_stats(self)) + "\n")
         return None
 
     async def _handle(self, websocket) -> None:
@@ -379,3 +382,21 @@ def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def server_stats(server: PolicyServer) -> dict:
+    """What `GET /stats` answers (JSON): the request counters, whether warm-up is done, the weights'
+    dtype, and this process's memory: the CUDA allocator's bytes on the model's GPU and host RSS.
+    benchmarks/serve_export.py reads it each minute of a soak to judge memory flatness."""
+    param = next(server.policy.model.parameters())
+    stats: dict = {**server.stats, "ready": server.warmed_up.is_set(), "dtype": str(param.dtype).removeprefix("torch.")}
+    if param.is_cuda:
+        stats.update(cuda_allocated_bytes=torch.cuda.memory_allocated(param.device),
+                     cuda_reserved_bytes=torch.cuda.memory_reserved(param.device),
+                     cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(param.device))
+    try:
+        with open("/proc/self/status") as f:
+            stats["rss_bytes"] = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        pass
+    return stats
