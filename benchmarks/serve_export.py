@@ -1,17 +1,15 @@
 """`wamkit serve EXPORT` measured as a robot uses it (issue 30): the product path, not the harness.
 
-    python benchmarks/serve_export.py --preset nano --export /tmp/wamkit_nano_export --parts inprocess,latency,bad
-    python benchmarks/serve_export.py --preset nano --export /tmp/wamkit_nano_export --parts soak --soak-minutes 8
-    python benchmarks/serve_export.py --preset tiny --device cpu --image-size 64 ...        # CPU (tests)
+    python benchmarks/serve_export.py --preset nano --export /tmp/wamkit_nano_export --parts latency,bad,inprocess
+    python benchmarks/serve_export.py --preset nano --export /tmp/wamkit_nano_export --parts "" --soak-minutes 8
+    python benchmarks/serve_export.py --preset tiny --device cpu --image-size 32 ...        # CPU (tests)
+    bash benchmarks/serve_export_device.sh latency|soak                                    # the two H200 calls
 
-It makes a random-weight export once, with the files `wamkit export` writes (wamkit.export.write_export:
-transformer/ by save_pretrained, wamkit.json with the data contract, model info, diffusion settings and
-the experiment config of recipes/g1_simple.toml at this preset) and the G1 shape: chunk 32 x 36-D
-actions, 32-D state, one camera of --image-size (256: the 256p tier), --text-tokens prompt tokens. A
-run's checkpoint loads in float32, so `wamkit export` of a real Nano run writes 61 GB; this one is
-written in bf16 (30 GB, --export-dtype), which the host's 64 GB disk holds, and which the export
-loader serves in bf16. The random Wan2.2-layout VAE lies beside it (<export>_vae, named in wamkit.json).
-An existing export (wamkit.json present) is reused.
+It makes a random-weight export once (benchmarks/g1_export.py: the files `wamkit export` writes, the
+G1 shape: chunk 32 x 36-D actions, 32-D state, one camera of --image-size (256: the 256p tier),
+--text-tokens prompt tokens). A run's checkpoint loads in float32, so `wamkit export` of a real Nano
+run writes 61 GB; this one is written in bf16 (30 GB, --export-dtype), which the host's 64 GB disk
+holds and which the export loader serves in bf16. An existing export (wamkit.json present) is reused.
 
 Then it starts `python -m wamkit.cli serve EXPORT --warmup --max-batch <largest client count>` as its
 own process, waits for GET /healthz 200, and measures with openpi's websocket client: the first
@@ -33,14 +31,9 @@ import gc
 import json
 import math
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -49,14 +42,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-CAMERA = "observation.images.ego_view"
-PROMPT = "pick up the red cube and place it in the bowl"
+from g1_export import check_reusable, dir_gib, make_export  # noqa: E402
+from serve_load import T0, ServerProcess, bad_requests, connect, log, pct, run_clients, soak  # noqa: E402
+
 PARTS = ("inprocess", "latency", "bad", "soak")
-T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f} s] {msg}", flush=True)
 
 
 # ---- the machine ------------------------------------------------------------------------------
@@ -75,397 +64,6 @@ def host_line(device: str, kind: str) -> str:
         gpu = f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
     return (f"kind {kind or 'unnamed (--kind)'}; device {device}: {gpu}; host CPU: {cpu}, {os.cpu_count()} cores visible; "
             f"torch {torch.__version__}")
-
-
-# ---- the export -------------------------------------------------------------------------------
-
-def g1_config(preset: str, vae_dir: Path, text_tokens: int):
-    from wamkit.config import load_experiment
-
-    sets = {"model.preset": f'"{preset}"', "model.vae_path": f'"{vae_dir}"', "checkpoint.load_path": '""',
-            "data.path": '"/nonexistent/g1_simple (random-weight benchmark export)"', "model.max_text_tokens": str(text_tokens)}
-    return load_experiment(REPO / "recipes" / "g1_simple.toml", [f"{k}={v}" for k, v in sets.items()])
-
-
-def random_vae(preset: str):
-    """Wan2.2's VAE layout at full width (nano) or at the tests' tiny width, random weights."""
-    import torch
-    from diffusers import AutoencoderKLWan
-
-    from wamkit.model.tokenizer import WAN22_VAE_LAYOUT
-
-    torch.manual_seed(0)
-    layout = WAN22_VAE_LAYOUT if preset != "tiny" else dict(
-        base_dim=16, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-        temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
-        patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4)
-    return AutoencoderKLWan(**layout, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
-
-
-def g1_contract(cfg, image_size: int, text_tokens: int) -> dict:
-    """The data contract a G1 run records (wamkit.train.setup), with [-1, 1] min/max statistics."""
-    from wamkit.data import Normalizer
-    from wamkit.data.canvas import CanvasTransform
-
-    bounds = lambda n: {"min": np.full(n, -1.0), "max": np.full(n, 1.0)}  # noqa: E731
-    return {
-        "dataset": "random-weight benchmark export (no dataset)", "fps": float(cfg.data.fps), "chunk_length": cfg.data.chunk_length,
-        "camera_keys": [CAMERA], "camera_sizes": [[image_size, image_size]],
-        "action_key": cfg.data.action_key, "action_dim": 36, "state_key": cfg.data.state_key, "state_dim": 32,
-        "max_action_dim": cfg.model.max_action_dim, "use_state": True, "domain_name": cfg.data.domain_name,
-        "domain_id": cfg.data.domain_id,
-        "prompt_template": "{task} " + "." * text_tokens,  # padded: the tokenizer truncates to text_tokens
-        "canvas": CanvasTransform.from_config(cfg.data, [CAMERA]).state_dict(),
-        "action_normalizer": Normalizer.from_stats({"action": bounds(36)}, "action", "minmax").state_dict(),
-        "state_normalizer": Normalizer.from_stats({"observation.state": bounds(32)}, "observation.state", "minmax").state_dict(),
-        "train_episodes": [], "val_episodes": [],
-    }
-
-
-def make_export(export: Path, preset: str, device: str, dtype_name: str, image_size: int, text_tokens: int):
-    """Write the export (under a temporary sibling, renamed into place when complete). Returns
-    (model, vae) still in memory, for the in-process row."""
-    import torch
-
-    from wamkit.export.export import write_export
-    from wamkit.model.cosmos3 import build_transformer
-    from wamkit.model.text_tokenizer import ByteTokenizer
-    from wamkit.policy.loading import LoadedModel, model_info_from_config
-
-    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype_name]
-    vae_dir = export.parent / f"{export.name}_vae"
-    cfg = g1_config(preset, vae_dir, text_tokens)
-    tmp = export.parent / f".tmp_{export.name}_{os.getpid()}"
-    export.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [vae_dir, *export.parent.glob(f".tmp_{export.name}_*")]:  # an earlier call's, cut off while writing
-        shutil.rmtree(stale, ignore_errors=True)
-    t = time.perf_counter()
-    with torch.device(device):
-        torch.manual_seed(0)
-        model = build_transformer(preset, 48, cfg.model.max_action_dim, cfg.model.num_domains, cfg.model.fps_modulation)
-        model = model.to(dtype).eval().requires_grad_(False)
-        vae = random_vae(preset)
-    log(f"export: built random {preset} ({sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, {dtype_name}) "
-        f"and VAE on {device} in {time.perf_counter() - t:.0f} s")
-    need = sum(t.numel() * t.element_size() for t in [*model.state_dict().values(), *vae.state_dict().values()])
-    free = shutil.disk_usage(export.parent).free
-    if free < need * 1.05:
-        raise SystemExit(f"{export.parent} has {free / 2**30:.1f} GiB free, the export needs {need / 2**30:.1f} GiB: "
-                         "free disk space or pass --export on a larger disk")
-    t = time.perf_counter()
-    vae.save_pretrained(str(vae_dir))
-    text = ByteTokenizer(text_tokens)
-    loaded = LoadedModel(model=model, video_tokenizer=None, text_tokenizer=text, contract=g1_contract(cfg, image_size, text_tokens),
-                         model_info=model_info_from_config(cfg, text), diffusion=dataclasses.asdict(cfg.diffusion),
-                         source={"weights": f"random ({preset}, seed 0)", "written_by": "benchmarks/serve_export.py"},
-                         experiment_config=dataclasses.asdict(cfg))
-    tmp.mkdir()
-    write_export(loaded, tmp)
-    os.rename(tmp, export)
-    log(f"export: wrote {export} ({dir_gib(export):.1f} GiB) and {vae_dir.name} in {time.perf_counter() - t:.0f} s")
-    return model, vae
-
-
-def dir_gib(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**30
-
-
-def check_reusable(export: Path, preset: str, image_size: int) -> None:
-    manifest = json.loads((export / "wamkit.json").read_text())
-    got = (manifest["model"]["preset"], manifest["data_contract"]["camera_sizes"])
-    if got != (preset, [[image_size, image_size]]):
-        raise SystemExit(f"{export} holds preset/camera sizes {got}, not {(preset, [[image_size, image_size]])}: "
-                         "pass another --export or delete it")
-
-
-# ---- requests ---------------------------------------------------------------------------------
-
-def observation(rng: np.random.Generator, size: int, rtc: tuple[int, int] | None) -> dict:
-    obs = {"images": {CAMERA: rng.integers(0, 256, (size, size, 3), dtype=np.uint8)},
-           "state": rng.uniform(-0.5, 0.5, 32).astype(np.float32), "prompt": PROMPT}
-    if rtc is not None:  # the rest of the previous chunk, raw units, and the ticks that run before this reply
-        committed, delay = rtc
-        obs["committed_actions"] = rng.uniform(-0.5, 0.5, (committed, 36)).astype(np.float32)
-        obs["inference_delay"] = int(delay)
-    return obs
-
-
-def connect(port: int):
-    from openpi_client.websocket_client_policy import WebsocketClientPolicy
-
-    return WebsocketClientPolicy("127.0.0.1", port)
-
-
-@dataclasses.dataclass
-class Timed:
-    latency_ms: list
-    infer_ms: list
-    batch: list
-    errors: int
-    wall_s: float
-    first_ms: float | None = None
-
-
-def run_clients(port: int, clients: int, requests: int, size: int, rtc, seed: int, first_separately: bool = False) -> Timed:
-    """`clients` openpi connections, each sending `requests` back to back after a common start.
-    With first_separately, client 0's first request is timed on its own before the others start."""
-    conns = [connect(port) for _ in range(clients)]
-    out = Timed([], [], [], 0, 0.0)
-    lock, barrier = threading.Lock(), threading.Barrier(clients)
-    chunk = None
-
-    def one(conn, obs):
-        nonlocal chunk
-        start = time.perf_counter()
-        try:
-            reply = conn.infer(obs)
-        except Exception:  # noqa: BLE001  counted, never hidden
-            with lock:
-                out.errors += 1
-            return None
-        ms = (time.perf_counter() - start) * 1e3
-        chunk = reply["action"].shape
-        return ms, float(reply["server_timing"]["infer_ms"]), int(reply["server_timing"]["batch_size"])
-
-    if first_separately:
-        rng = np.random.default_rng(seed + 999)
-        got = one(conns[0], observation(rng, size, rtc))
-        out.first_ms = got[0] if got else float("nan")
-
-    def client(i: int) -> None:
-        rng = np.random.default_rng(seed + i)
-        obs = [observation(rng, size, rtc) for _ in range(requests)]
-        barrier.wait()
-        for o in obs:
-            got = one(conns[i], o)
-            if got:
-                with lock:
-                    out.latency_ms.append(got[0])
-                    out.infer_ms.append(got[1])
-                    out.batch.append(got[2])
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    out.wall_s = time.perf_counter() - t
-    for c in conns:
-        c._ws.close()
-    if chunk is not None and tuple(chunk) != (32, 36):
-        raise SystemExit(f"replies carry action chunks of shape {chunk}, not the G1 shape (32, 36)")
-    return out
-
-
-def pct(values, q) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-# ---- the server process -----------------------------------------------------------------------
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, ""
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return 0, ""
-
-
-class ServerProcess:
-    """`wamkit serve EXPORT` in its own process session; its log goes to `log_path`."""
-
-    def __init__(self, export: Path, device: str, num_steps: int, max_batch: int, log_path: Path):
-        self.port = free_port()
-        self.log_path = log_path
-        cmd = [sys.executable, "-m", "wamkit.cli", "serve", str(export), "--port", str(self.port), "--device", device,
-               "--num-steps", str(num_steps), "--max-batch", str(max_batch), "--warmup"]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        log(f"server: {' '.join(cmd[1:])}")
-        self.started = time.perf_counter()
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-        self.listening_s = self.ready_s = None
-
-    def wait_ready(self, timeout: float) -> None:
-        while time.perf_counter() - self.started < timeout:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"wamkit serve exited with {self.proc.returncode} before /healthz said 200:\n{self.tail()}")
-            status, _ = http_get(self.port, "/healthz")
-            now = time.perf_counter() - self.started
-            if status and self.listening_s is None:
-                self.listening_s = now
-                log(f"server: listening after {now:.1f} s (/healthz {status})")
-            if status == 200:
-                self.ready_s = now
-                log(f"server: /healthz 200 after {now:.1f} s")
-                return
-            time.sleep(0.1)
-        raise SystemExit(f"wamkit serve was not ready after {timeout:.0f} s:\n{self.tail()}")
-
-    def stats(self) -> dict:
-        status, body = http_get(self.port, "/stats")
-        return json.loads(body) if status == 200 else {}
-
-    def rss_bytes(self) -> int | None:
-        try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
-            return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            return None
-
-    def warmup_lines(self) -> list[str]:
-        return [line.strip() for line in self.log_path.read_text().splitlines() if "warmed up batch size" in line or "ready (" in line]
-
-    def tail(self, n: int = 30) -> str:
-        self._log.flush()
-        return "\n".join(self.log_path.read_text().splitlines()[-n:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-        self._log.close()
-
-
-def gpu_used_mib() -> float | None:
-    """nvidia-smi's memory.used of GPU 0 (every process on it), or None without nvidia-smi."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=20)
-        return float(out.stdout.strip().splitlines()[0]) if out.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-
-
-# ---- bad requests -----------------------------------------------------------------------------
-
-def bad_requests(port: int, size: int, max_request_bytes: int, rtc) -> list[dict]:
-    """Each bad request on a live connection must get a named error (a text reply naming the field,
-    or for a message over twice the limit a close with code 1009), and the next good request on
-    that connection (a new one after a close) an action chunk."""
-    from openpi_client import msgpack_numpy
-    from websockets.exceptions import ConnectionClosed
-
-    rng = np.random.default_rng(7)
-    good = lambda: observation(rng, size, None)  # noqa: E731
-    packer = msgpack_numpy.Packer()
-    over = math.ceil(math.sqrt(1.05 * max_request_bytes / 3))  # one image just over --max-request-bytes
-    far = math.ceil(math.sqrt(2.1 * max_request_bytes / 3))  # over twice the limit: refused before buffering
-    garbage = b"\xc1" + np.random.default_rng(1).integers(0, 256, 4095, dtype=np.uint8).tobytes()  # 0xc1: never valid msgpack
-    corrupt = {b"__ndarray__": True, b"data": b"\x00" * 10, b"dtype": "|u1", b"shape": [size, size, 3]}
-    cases = [
-        ("state of 31 numbers (model: 32)", {**good(), "state": np.zeros(31, np.float32)}, "request['state']"),
-        ("NaN in the state", {**good(), "state": np.full(32, np.nan, np.float32)}, "NaN"),
-        ("image with 4 channels", {**good(), "images": {CAMERA: np.zeros((size, size, 4), np.uint8)}}, "request['images']"),
-        ("float image", {**good(), "images": {CAMERA: np.zeros((size, size, 3), np.float32)}}, "request['images']"),
-        ("unknown camera", {**good(), "images": {"wrist": np.zeros((size, size, 3), np.uint8)}}, "is not a camera"),
-        ("committed_actions of 35 columns (model: 36)",
-         {**good(), "committed_actions": np.zeros((16, 36 - 1), np.float32), "inference_delay": 5}, "committed_actions"),
-        ("inference_delay without committed_actions", {**good(), "inference_delay": 5}, "inference_delay"),
-        ("unknown request key", {**good(), "imagez": 1}, "is not a request key"),
-        (f"oversized image {over}x{over}x3 (over --max-request-bytes)", {**good(), "images": {CAMERA: np.zeros((over, over, 3), np.uint8)}},
-         "--max-request-bytes"),
-        ("garbage bytes (not msgpack)", garbage, "not valid msgpack"),
-        ("array whose bytes do not fill its shape", msgpack_pack_raw({"images": {CAMERA: corrupt}, "state": [0.0] * 32, "prompt": PROMPT}),
-         "data has 10 bytes"),
-        ("text frame", "hello", "is a text message"),
-        (f"image {far}x{far}x3 (over twice --max-request-bytes)", {**good(), "images": {CAMERA: np.zeros((far, far, 3), np.uint8)}},
-         "close 1009"),
-    ]
-    rows = []
-    client = connect(port)
-    for name, payload, expected in cases:
-        data = payload if isinstance(payload, (bytes, str)) else packer.pack(payload)
-        try:
-            client._ws.send(data)
-            reply = client._ws.recv()
-            got = reply.splitlines()[0] if isinstance(reply, str) else "an action chunk (no error)"
-        except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            got = f"close {code} ({exc.rcvd.reason if exc.rcvd is not None else 'no close frame'})"
-            client = connect(port)
-        named = expected in got and (got.startswith("wamkit serve error:") or got.startswith("close 1009"))
-        try:
-            chunk = client.infer(good())["action"]
-            served = chunk.shape == (32, 36) and bool(np.isfinite(chunk).all())
-        except Exception as exc:  # noqa: BLE001
-            served, got = False, f"{got}; then the good request failed: {exc}"
-        rows.append({"case": name, "reply": got[:150], "named": named, "served_after": served, "expected": expected})
-    client._ws.close()
-    return rows
-
-
-def msgpack_pack_raw(obj) -> bytes:
-    import msgpack
-
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-# ---- soak -------------------------------------------------------------------------------------
-
-def soak(server: ServerProcess, clients: int, minutes: float, minute_s: float, size: int, rtc) -> list[dict]:
-    """`clients` connections sending back to back for `minutes` x `minute_s` seconds; one row per
-    minute (the last may be shorter when the budget cut it)."""
-    stop = threading.Event()
-    lock = threading.Lock()
-    events: list[tuple[float, float | None]] = []  # (time, latency ms or None for an error)
-    conns = [connect(server.port) for _ in range(clients)]
-
-    def client(i: int) -> None:
-        rng = np.random.default_rng(100 + i)
-        pool = [observation(rng, size, rtc if (rtc and i % 2) else None) for _ in range(8)]
-        k = 0
-        while not stop.is_set():
-            start = time.perf_counter()
-            try:
-                reply = conns[i].infer(pool[k % len(pool)])
-                ok = reply["action"].shape == (32, 36)
-            except Exception:  # noqa: BLE001
-                ok = False
-            with lock:
-                events.append((time.perf_counter(), (time.perf_counter() - start) * 1e3 if ok else None))
-            k += 1
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    rows = []
-    n_minutes = max(1, math.ceil(minutes))
-    for m in range(n_minutes):
-        end = t0 + min((m + 1), minutes) * minute_s
-        time.sleep(max(0.0, end - time.perf_counter()))
-        stats = server.stats()
-        with lock:
-            window = [lat for t, lat in events if t0 + m * minute_s <= t < end]
-        ok = [lat for lat in window if lat is not None]
-        rows.append({"minute": m + 1, "seconds": round(end - (t0 + m * minute_s), 1), "requests": len(window),
-                     "errors": len(window) - len(ok), "p50_ms": pct(ok, 50), "p99_ms": pct(ok, 99),
-                     "cuda_allocated": stats.get("cuda_allocated_bytes"), "cuda_reserved": stats.get("cuda_reserved_bytes"),
-                     "gpu_used_mib": gpu_used_mib(), "rss": server.rss_bytes()})
-        log(f"soak minute {m + 1}: {rows[-1]['requests']} requests, {rows[-1]['errors']} errors, p99 {rows[-1]['p99_ms']:.1f} ms")
-    stop.set()
-    for th in threads:
-        th.join(60)
-    for c in conns:
-        c._ws.close()
-    return rows
 
 
 # ---- the in-process harness row -----------------------------------------------------------------
@@ -588,7 +186,7 @@ def run_parts(args, rep: Report) -> None:
         rep.export_note = f"reused {args.export} ({dir_gib(args.export):.1f} GiB)"
     else:
         t = time.perf_counter()
-        model, vae = make_export(args.export, args.preset, args.device, args.export_dtype, args.image_size, args.text_tokens)
+        model, vae = make_export(args.export, args.preset, args.device, args.export_dtype, args.image_size, args.text_tokens, log)
         rep.export_note = f"made {args.export} ({dir_gib(args.export):.1f} GiB, {args.export_dtype}) in {time.perf_counter() - t:.0f} s"
     if "inprocess" not in args.parts:
         model = vae = None
