@@ -4,6 +4,7 @@ real-time chunking, 1 and 2 clients), sends every bad request, soaks for one sho
 in-process harness row, and prints the tables and `serve_p50_ms=`. Numbers are not asserted."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,8 +15,11 @@ ARGS = ["--preset", "tiny", "--device", "cpu", "--image-size", "32", "--text-tok
 
 
 def _run(*args):
+    # One intra-op thread, in the server process too: on the shared 2-core machine two threads made every
+    # chunk 10-30x slower (threads waiting on each other's descheduled cores), and this test 3x longer.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "benchmarks/serve_export.py", *ARGS, *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
+                          cwd=REPO, timeout=600, env=env)
 
 
 def _cells(line: str) -> list[str]:
