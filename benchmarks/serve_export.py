@@ -226,8 +226,9 @@ def run_parts(args, rep: Report) -> None:
                 rep.notes.append(f"soak shortened from {minutes} to {max(fit, 0):.2f} minutes: budget")
                 minutes = fit
             if minutes >= 0.5:
-                rep.soak = soak(server, max(args.clients), minutes, args.soak_minute_s, args.image_size, rtc if args.soak_rtc else None)
-                rep.failed += [f"soak minute {r['minute']}: {r['errors']} errors" for r in rep.soak if r["errors"]]
+                soak(server, max(args.clients), minutes, args.soak_minute_s, args.image_size, rtc if args.soak_rtc else None, rep.soak)
+                rep.failed += [f"soak minute {r['minute']}: {r['errors']} errors (the first of the soak: {r['first_error']})"
+                               for r in rep.soak if r["errors"]]
             else:
                 rep.notes.append("soak skipped: budget")
     finally:
@@ -257,7 +258,7 @@ def latency_rows(args, server, rtc, rep: Report, left) -> None:
             log(f"export, {clients} clients, {fields}: first {fmt(timed.first_ms)} ms, p50 {fmt(rep.rows[-1]['p50'])} ms, "
                 f"p99 {fmt(rep.rows[-1]['p99'])} ms, {timed.errors} errors")
             if timed.errors:
-                rep.failed.append(f"{timed.errors} failed requests at {clients} clients {fields}")
+                rep.failed.append(f"{timed.errors} failed requests at {clients} clients {fields}; the first: {timed.first_error}")
 
 
 def bad_part(args, server, rtc, rep: Report) -> None:
@@ -265,7 +266,7 @@ def bad_part(args, server, rtc, rep: Report) -> None:
     limit = int(meta.get_server_metadata()["max_request_bytes"])
     meta._ws.close()
     errors_before = server.stats().get("errors", 0)
-    rep.bad = bad_requests(server.port, args.image_size, limit, rtc)
+    bad_requests(server.port, args.image_size, limit, rtc, rep.bad)
     errors_after = server.stats().get("errors", 0)
     texts = sum(1 for b in rep.bad if b["reply"].startswith("wamkit serve error:"))
     rep.notes.append(f"bad requests: the server counted {errors_after - errors_before} errors for {texts} text-error replies")

@@ -55,6 +55,7 @@ class Timed:
     errors: int
     wall_s: float
     first_ms: float | None = None
+    first_error: str | None = None
 
 
 def run_clients(port: int, clients: int, requests: int, size: int, rtc, seed: int, first_separately: bool = False) -> Timed:
@@ -70,9 +71,10 @@ def run_clients(port: int, clients: int, requests: int, size: int, rtc, seed: in
         start = time.perf_counter()
         try:
             reply = conn.infer(obs)
-        except Exception:  # noqa: BLE001  counted, never hidden
+        except Exception as exc:  # noqa: BLE001  counted, the first one kept for the report
             with lock:
                 out.errors += 1
+                out.first_error = out.first_error or f"{type(exc).__name__}: {str(exc)[:300]}"
             return None
         ms = (time.perf_counter() - start) * 1e3
         chunk = reply["action"].shape
@@ -206,7 +208,7 @@ def gpu_used_mib() -> float | None:
 
 # ---- bad requests -----------------------------------------------------------------------------
 
-def bad_requests(port: int, size: int, max_request_bytes: int, rtc) -> list[dict]:
+def bad_requests(port: int, size: int, max_request_bytes: int, rtc, rows: list) -> list[dict]:
     """Each bad request on a live connection must get a named error (a text reply naming the field,
     or for a message over twice the limit a close with code 1009), and the next good request on
     that connection (a new one after a close) an action chunk."""
@@ -239,7 +241,6 @@ def bad_requests(port: int, size: int, max_request_bytes: int, rtc) -> list[dict
         (f"image {far}x{far}x3 (over twice --max-request-bytes)", {**good(), "images": {CAMERA: np.zeros((far, far, 3), np.uint8)}},
          "close 1009"),
     ]
-    rows = []
     client = connect(port)
     for name, payload, expected in cases:
         data = payload if isinstance(payload, (bytes, str)) else packer.pack(payload)
@@ -270,12 +271,13 @@ def msgpack_pack_raw(obj) -> bytes:
 
 # ---- soak -------------------------------------------------------------------------------------
 
-def soak(server: ServerProcess, clients: int, minutes: float, minute_s: float, size: int, rtc) -> list[dict]:
+def soak(server: ServerProcess, clients: int, minutes: float, minute_s: float, size: int, rtc, rows: list) -> list[dict]:
     """`clients` connections sending back to back for `minutes` x `minute_s` seconds; one row per
-    minute (the last may be shorter when the budget cut it)."""
+    minute (the last may be shorter when the budget cut it), appended to `rows` as it ends."""
     stop = threading.Event()
     lock = threading.Lock()
     events: list[tuple[float, float | None]] = []  # (time, latency ms or None for an error)
+    first_error: list[str] = []
     conns = [connect(server.port) for _ in range(clients)]
 
     def client(i: int) -> None:
@@ -287,8 +289,11 @@ def soak(server: ServerProcess, clients: int, minutes: float, minute_s: float, s
             try:
                 reply = conns[i].infer(pool[k % len(pool)])
                 ok = reply["action"].shape == (32, 36)
-            except Exception:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001  counted per minute, the first one kept for the report
                 ok = False
+                if not first_error:
+                    first_error.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+                time.sleep(0.1)  # a closed connection fails at once: no busy loop
             with lock:
                 events.append((time.perf_counter(), (time.perf_counter() - start) * 1e3 if ok else None))
             k += 1
@@ -297,24 +302,27 @@ def soak(server: ServerProcess, clients: int, minutes: float, minute_s: float, s
     t0 = time.perf_counter()
     for th in threads:
         th.start()
-    rows = []
-    n_minutes = max(1, math.ceil(minutes))
-    for m in range(n_minutes):
-        end = t0 + min((m + 1), minutes) * minute_s
-        time.sleep(max(0.0, end - time.perf_counter()))
-        stats = server.stats()
-        with lock:
-            window = [lat for t, lat in events if t0 + m * minute_s <= t < end]
-        ok = [lat for lat in window if lat is not None]
-        rows.append({"minute": m + 1, "seconds": round(end - (t0 + m * minute_s), 1), "requests": len(window),
-                     "errors": len(window) - len(ok), "p50_ms": pct(ok, 50), "p99_ms": pct(ok, 99),
-                     "cuda_allocated": stats.get("cuda_allocated_bytes"), "cuda_reserved": stats.get("cuda_reserved_bytes"),
-                     "gpu_used_mib": gpu_used_mib(), "rss": server.rss_bytes()})
-        log(f"soak minute {m + 1}: {rows[-1]['requests']} requests, {rows[-1]['errors']} errors, p99 {rows[-1]['p99_ms']:.1f} ms")
-    stop.set()
-    for th in threads:
-        th.join(60)
-    for c in conns:
-        c._ws.close()
+    try:
+        n_minutes = max(1, math.ceil(minutes))
+        for m in range(n_minutes):
+            end = t0 + min((m + 1), minutes) * minute_s
+            time.sleep(max(0.0, end - time.perf_counter()))
+            stats = server.stats()
+            with lock:
+                window = [lat for t, lat in events if t0 + m * minute_s <= t < end]
+            ok = [lat for lat in window if lat is not None]
+            rows.append({"minute": m + 1, "seconds": round(end - (t0 + m * minute_s), 1), "requests": len(window),
+                         "errors": len(window) - len(ok), "p50_ms": pct(ok, 50), "p99_ms": pct(ok, 99),
+                         "cuda_allocated": stats.get("cuda_allocated_bytes"), "cuda_reserved": stats.get("cuda_reserved_bytes"),
+                         "gpu_used_mib": gpu_used_mib(), "rss": server.rss_bytes()})
+            rows[-1]["first_error"] = first_error[0] if first_error else None
+            log(f"soak minute {m + 1}: {rows[-1]['requests']} requests, {rows[-1]['errors']} errors, p99 {rows[-1]['p99_ms']:.1f} ms")
+    finally:  # also when SIGTERM interrupts a row
+        stop.set()
+        deadline = time.perf_counter() + 10
+        for th in threads:  # each finishes its request in flight
+            th.join(max(0.0, deadline - time.perf_counter()))
+        for c in conns:
+            c._ws.close()
     return rows
 
