@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -297,7 +296,7 @@ class PolicyServer:
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
             return connection.respond(HTTPStatus.OK, "ok\n")
         if request.path == "/stats":
-            return connection.respond(HTTPStatus.OK, json.dumps(server_stats(self)) + "\n")
+            return connection.respond(HTTPStatus.OK, stats_json(self))
         return None
 
     async def _handle(self, websocket) -> None:
@@ -400,3 +399,9 @@ def server_stats(server: PolicyServer) -> dict:
     except (OSError, StopIteration):
         pass
     return stats
+
+
+def stats_json(server: PolicyServer) -> str:
+    import json  # here, not at the top: keeps this addition in one place of the file
+
+    return json.dumps(server_stats(server)) + "\n"
