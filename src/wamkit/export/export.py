@@ -44,19 +44,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        loaded.model.save_pretrained(str(tmp / "transformer"))
-        save_text_tokenizer(loaded.text_tokenizer, tmp)
-        manifest = {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "data_contract": loaded.contract,
-            "model": loaded.model_info,
-            "diffusion": loaded.diffusion,
-            "source": loaded.source,
-            "experiment_config": loaded.experiment_config,
-        }
-        (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
-        write_file_manifest(tmp)
+        write_export(loaded, tmp)
         reloaded = load_from_export(tmp, device=device)
         verify_same_tokens(loaded.text_tokenizer, reloaded.text_tokenizer, loaded.contract["prompt_template"])
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
@@ -69,6 +57,24 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def write_export(loaded, directory: Path) -> None:
+    """The export's files, into an existing empty `directory`: the transformer in the dtype it is held
+    in (a run's checkpoint loads in float32), the text tokenizer, wamkit.json."""
+    loaded.model.save_pretrained(str(directory / "transformer"))
+    save_text_tokenizer(loaded.text_tokenizer, directory)
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "data_contract": loaded.contract,
+        "model": loaded.model_info,
+        "diffusion": loaded.diffusion,
+        "source": loaded.source,
+        "experiment_config": loaded.experiment_config,
+    }
+    (directory / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+    write_file_manifest(directory)  # sizes and hashes of every file, checked at every load (wamkit.train.manifest)
 
 
 def _refuse_existing(out_dir: Path) -> None:

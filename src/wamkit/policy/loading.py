@@ -183,8 +183,10 @@ def read_manifest(directory: str | Path) -> dict:
 
 
 def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | None = None):
-    """Cosmos3OmniTransformer from a save_pretrained directory. diffusers' from_pretrained needs the
-    `accelerate` package for this class (it keeps time_embedder in fp32); without it, build from
+    """Cosmos3OmniTransformer from a save_pretrained directory, in the dtype its weights were written
+    in (stored_dtype): a bf16 export serves in bf16, every module included, as training's bf16
+    computes. (diffusers' from_pretrained alone upcasts to fp32: twice the memory, fp32 matmuls.)
+    from_pretrained needs the `accelerate` package for this class; without it, build from
     config.json and load the safetensors strictly (same weights, same outputs)."""
     import importlib.util
 
@@ -192,10 +194,11 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     from safetensors.torch import load_file
 
     transformer_dir = Path(transformer_dir)
+    dtype = stored_dtype(transformer_dir)
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:
-        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir))
+        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype).to(dtype)
     model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
     files = sorted(transformer_dir.glob("*.safetensors"))
     if not files:
@@ -207,7 +210,25 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(str(transformer_dir), f"weights do not match config.json: {exc}", "re-export the run") from exc
-    return model
+    return model.to(dtype)
+
+
+SAFETENSORS_FLOATS = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def stored_dtype(transformer_dir: str | Path) -> torch.dtype:
+    """The floating dtype of an export's weights, read from the safetensors headers (no tensor is
+    loaded): the narrowest one present, float32 when all are."""
+    from safetensors import safe_open
+
+    found = set()
+    for file in sorted(Path(transformer_dir).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            found.update(f.get_slice(key).get_dtype() for key in f.keys())
+    for name in ("BF16", "F16"):
+        if name in found:
+            return SAFETENSORS_FLOATS[name]
+    return torch.float32
 
 
 EXPORT_DAMAGE_FIX = "re-export the run (wamkit export RUN OUT_DIR), or restore the damaged files from a copy of the export"
@@ -241,12 +262,16 @@ def load_from_export(directory: str | Path, device: str | torch.device = "cpu") 
     verify_export(directory)
     data = read_manifest(directory)
     info = data["model"]
-    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]), device=device)
     text_tokenizer = text_tokenizer_from_export(directory, info)
     transformer_dir = directory / "transformer"
     if not (transformer_dir / "config.json").is_file():
         raise CheckpointError(str(transformer_dir), "has no config.json", "re-export the run")
     model = load_transformer(transformer_dir)
+    # On GPUs the VAE encodes in the export's dtype, as training's build_tokenizers encodes in its compute dtype.
+    dtype = next(model.parameters()).dtype
+    vae_dtype = dtype if torch.device(device).type == "cuda" and dtype != torch.float32 else None
+    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]),
+                                            device=device, dtype=vae_dtype)
     if text_tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(str(directory), "text tokenizer is larger than the model's vocabulary", "re-export the run")
     model = model.to(device).eval().requires_grad_(False)

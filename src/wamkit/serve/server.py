@@ -337,6 +337,8 @@ class PolicyServer:
             if not self.warmed_up.is_set():
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
             return connection.respond(HTTPStatus.OK, "ok\n")
+        if request.path == "/stats":
+            return connection.respond(HTTPStatus.OK, stats_json(self))
         return None
 
     async def _handle(self, websocket) -> None:
@@ -426,3 +428,27 @@ def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_
                                               stats_every_s=stats_every_s))
     asyncio.run(server.serve())  # SIGTERM / Ctrl-C end it cleanly (PolicyServer._stop_on_signals)
     return 0
+
+
+def server_stats(server: PolicyServer) -> dict:
+    """What `GET /stats` answers (JSON): the request counters, whether warm-up is done, the weights'
+    dtype, and this process's memory: the CUDA allocator's bytes on the model's GPU and host RSS.
+    benchmarks/serve_export.py reads it each minute of a soak to judge memory flatness."""
+    param = next(server.policy.model.parameters())
+    stats: dict = {**server.stats, "ready": server.warmed_up.is_set(), "dtype": str(param.dtype).removeprefix("torch.")}
+    if param.is_cuda:
+        stats.update(cuda_allocated_bytes=torch.cuda.memory_allocated(param.device),
+                     cuda_reserved_bytes=torch.cuda.memory_reserved(param.device),
+                     cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(param.device))
+    try:
+        with open("/proc/self/status") as f:
+            stats["rss_bytes"] = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        pass
+    return stats
+
+
+def stats_json(server: PolicyServer) -> str:
+    import json  # here, not at the top: keeps this addition in one place of the file
+
+    return json.dumps(server_stats(server)) + "\n"
