@@ -29,7 +29,8 @@ def test_estimate_counts_fp32_trainable_state_and_bf16_frozen_weights_per_shard(
     assert eight["trainable weights (fp32)"] == one["trainable weights (fp32)"] / 8 and eight["frozen weights"] == one["frozen weights"] / 8
     assert eight["activations"] == one["activations"]  # per-rank micro-batch: not sharded
     replicated = memory.estimate(NANO_FULL, _knobs(world=8, replicate_frozen=True), tokens_per_sample=637)
-    assert replicated["frozen weights"] == one["frozen weights"]
+    assert replicated["frozen weights"] == one["frozen weights"]  # whole on every rank, in bf16
+    assert replicated["gathered layers"] < eight["gathered layers"]  # only trainable weights are all-gathered
     full_ac = memory.estimate(NANO_FULL, _knobs(checkpointing="full"), tokens_per_sample=637)
     assert full_ac["activations"] < one["activations"] / 4
     assert memory.estimate(NANO_FULL, _knobs(ema=False), 637)["total"] == one["total"] - one["EMA"]

@@ -170,7 +170,7 @@ def run_mesh(ctx: DistContext, dims: ParallelDims):
         cuda = ctx.device.type == "cuda"
         dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1,
                                 device_id=ctx.device if cuda else None)
-    return build_mesh(dims, ctx.device)
+    return build_mesh(dims, ctx.device if ctx.device.type == "cuda" else torch.device("cpu"))  # the meta device too: a gloo mesh
 
 
 def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:

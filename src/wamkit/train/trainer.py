@@ -93,7 +93,7 @@ class Trainer:
         self.trainable_only = saves_trainable_only(cfg)
         self.init_note = "" if self.materialize else self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
-        self.memory = self._check_memory()  # before anything of the model is on the GPU
+        self.gate_plan = self._check_memory()  # before anything of the model is on the GPU
         self.dims = dims = parallel_dims(cfg, self.ctx.world_size)
         self.dp_rank, self.dp_size = dims.dp_rank(self.ctx.rank), dims.dp_size  # a cp group shares its samples
         self.mesh = run_mesh(self.ctx, dims)
@@ -170,7 +170,7 @@ class Trainer:
     def _out_of_memory(self, exc: Exception) -> memory.GPUMemoryError:
         """An out-of-memory error that the gate did not foresee, in a few lines with the same advice."""
         peak = torch.cuda.max_memory_allocated(self.device) / memory.GIB
-        plan = self.memory
+        plan = self.gate_plan
         said = f"; the estimate was {plan['estimate'] / memory.GIB:.1f} GiB" if plan else ""
         if plan and plan["estimate"] <= plan["usable"]:
             said += (", which fits: what failed is outside it, e.g. a kernel that fell back to materialising attention scores "
