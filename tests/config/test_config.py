@@ -117,7 +117,7 @@ def test_demo_smoke_test_trains_with_a_warm_up_as_long_as_the_run(tmp_path):
 def test_warm_up_clamp_keeps_the_schedule_shape_and_explicit_cycles_still_fail():
     from types import SimpleNamespace
 
-    from wamkit.train.schedule import build_schedule
+    from wamkit.config.schedule import build_schedule
 
     cfg = SimpleNamespace(kind="LambdaLinear", warm_up_steps=[20], cycle_lengths=[], f_start=[0.0], f_max=[1.0], f_min=[0.0])
     s = build_schedule(cfg, 20)

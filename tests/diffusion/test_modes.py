@@ -261,7 +261,8 @@ def test_text_filler_leaves_the_loss_unchanged():
 
 
 def test_training_pads_text_only_for_compiled_code():
-    from wamkit.model.packing import TEXT_PAD_MULTIPLE, training_text_multiple
+    from wamkit.model.attention_backends import training_text_multiple
+    from wamkit.model.packing import TEXT_PAD_MULTIPLE
 
     assert training_text_multiple(False, "flex") == training_text_multiple(True, "per_sample") == TEXT_PAD_MULTIPLE
     assert training_text_multiple(False, "per_sample") == training_text_multiple(False, "sdpa") == 0

@@ -17,7 +17,9 @@ from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
+from wamkit.model.attention import hold_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.train.context_parallel import enable_context_parallel
 from wamkit.train.parallel import parallel_dims
 

@@ -344,7 +344,7 @@ class ExperimentConfig:
             if getattr(self.trainer, name) <= 0:
                 raise ConfigError(f"trainer.{name}", f"is {getattr(self.trainer, name)}; it must be positive",
                                   f"--set trainer.{name}={getattr(TrainerConfig(), name)}")
-        from wamkit.train.schedule import check_schedule  # torch-free
+        from wamkit.config.schedule import check_schedule  # torch-free
 
         check_schedule(self.scheduler, self.trainer.max_iter)
         for name in ("video_prediction", "action_prediction"):

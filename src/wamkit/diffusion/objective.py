@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
-from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
-from wamkit.train.flops import sequence_flops
+from wamkit.model.attention import hold_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
+from wamkit.model.flops import sequence_flops
 
 
 @dataclass
@@ -47,7 +49,7 @@ class ModeObjective:
         if mode == "mixed" and ((self.mode_weights < 0).any() or self.mode_weights.sum() <= 0):
             raise ValueError(f"mode weights {mode_weights} must be >= 0 with a positive sum")
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
-        self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.train.flops)
+        self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.video_tokenizer = video_tokenizer

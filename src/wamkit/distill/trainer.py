@@ -51,14 +51,16 @@ from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.model.packing import SequenceSample, attention_backend, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import attention_backend, install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
-from wamkit.train.schedule import build_schedule
+from wamkit.config.schedule import build_schedule
 from wamkit.model.materialize import materialize
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)

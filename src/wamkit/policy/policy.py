@@ -22,7 +22,7 @@ from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
-from wamkit.model.packing import attention_backend, install_packed_attention
+from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, is_export, load_from_checkpoint, load_from_export
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from wamkit.errors import DataError
 from wamkit.sim.control_rate import at_control_rate
-from wamkit.sim.envs import SimError, expand_env_names, get_spec, make_env
+from wamkit.sim.base import SimError
+from wamkit.sim.envs import expand_env_names, get_spec, make_env
 from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
 
 

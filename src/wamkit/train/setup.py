@@ -3,7 +3,6 @@ the model and tokenizers. Shared by training, dry runs and (later) export and se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,34 +12,13 @@ from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDa
 from wamkit.config.schema import expand_env
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.multi import is_multi_root, open_lerobot
+from wamkit.data.run_data import RunData
 from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
-from wamkit.train.stream import TransformedWindows
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
 from wamkit.model.text_tokenizer import resolve_text_tokenizer
 from wamkit.model.tokenizer import build_video_tokenizer
-
-
-@dataclass
-class RunData:
-    dataset: LeRobotV3Dataset
-    train_windows: WindowDataset
-    val_windows: WindowDataset | None
-    transform: SampleTransform
-    contract: dict
-
-    def samples(self, split: str, cfg):
-        """The split as a dataset of TrainingSamples: decoded video, or `data.latent_cache` latents."""
-        windows = self.train_windows if split == "train" else self.val_windows
-        if not cfg.data.latent_cache:
-            return TransformedWindows(windows, self.transform)
-        from wamkit.data.latent_cache import CachedWindows, LatentCache
-        from wamkit.train.latents import latent_fingerprint
-
-        cache = LatentCache(expand_env(cfg.data.latent_cache, "data.latent_cache"))
-        cache.check(latent_fingerprint(cfg, self))
-        return CachedWindows(windows, self.transform, cache, split)
 
 
 def open_dataset(cfg) -> LeRobotV3Dataset:
@@ -177,7 +155,8 @@ def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> 
     """Values for a meta-built (possibly sharded) model: random, keyed by parameter name, or with
     `load_base` checkpoint.load_path's -- a wamkit iteration directory loaded into the shards, or a
     diffusers base read as row slices per rank. Returns what the run started from."""
-    from wamkit.model.materialize import BaseWeights, materialize
+    from wamkit.model.materialize import materialize
+    from wamkit.model.weights import BaseWeights
 
     if not load_base or not cfg.checkpoint.load_path:
         materialize(model, device, cfg.job.seed)

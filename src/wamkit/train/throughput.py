@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from wamkit.train.flops import matmul_rate
+from wamkit.model.flops import matmul_rate
 
 
 class Throughput:

@@ -18,7 +18,7 @@ from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
-from wamkit.model.packing import attention_backend, training_text_multiple
+from wamkit.model.attention_backends import attention_backend, training_text_multiple
 from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
@@ -27,7 +27,7 @@ from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
-from wamkit.train.schedule import build_schedule
+from wamkit.config.schedule import build_schedule
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)
 from wamkit.train.step_timer import StepTimer
