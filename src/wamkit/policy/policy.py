@@ -52,7 +52,7 @@ class Policy(ContractModel):
         self.cache_text = bool(cache_text)
         self.rtc_max_guidance = float(rtc_max_guidance)
         param = next(self.model.parameters())
-        device = param.device
+        self.device = device = param.device  # decided by the loader (load_from_*(device=...)); read, never re-derived
         self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
