@@ -17,7 +17,7 @@ from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
-from wamkit.model.text_tokenizer import resolve_text_tokenizer
+from wamkit.model.text_tokenizer import resolve_text_tokenizer, warn_truncated_prompts
 from wamkit.model.tokenizer import build_video_tokenizer
 
 
@@ -40,6 +40,8 @@ def build_run_data(cfg) -> RunData:
         raise DataError(f"{dataset.root}/meta/info.json: features", f"data.use_state is true but the dataset has no "
                         f"state feature {cfg.data.state_key!r} (have {sorted(dataset.features)})",
                         "--set data.use_state=false for a policy without state, or set data.state_key to the state feature")
+    warn_truncated_prompts(resolve_text_tokenizer(cfg), [cfg.data.prompt_template.format(task=t) for t in dataset.tasks.values()],
+                           f"{dataset.root}/meta/tasks.parquet (data.prompt_template {cfg.data.prompt_template!r})")
     train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
