@@ -96,3 +96,19 @@ def test_meta_init_materialises_shards_like_one_process(demo_root, tmp_path):
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, "--set", "trainer.max_iter=6"])
     assert "at step 4" in resumed.stdout and "world size 1" in resumed.stdout
+
+
+def test_mixed_modes_average_over_every_ranks_samples(demo_root, tmp_path):
+    """model.mode = "mixed": a rank may draw only inverse-dynamics samples (no noisy video) while the
+    other draws policy ones. The video loss is the mean over all ranks' samples with noisy video, as in
+    one process, not the mean of per-rank means (an all-reduce of the counts)."""
+    mixed = ["--set", 'model.mode="mixed"', "--set", "model.mode_weights.inverse_dynamics=1.0"]
+    two = quick_overrides(demo_root, tmp_path, "two", 4, 4) + ["--set", "trainer.samples_per_step=2", *mixed]
+    one = quick_overrides(demo_root, tmp_path, "one", 4, 4) + ["--set", "trainer.samples_per_step=4", *mixed]
+    run_torchrun(["train", str(DEMO_RECIPE), *two])
+    run_cli(["train", str(DEMO_RECIPE), *one])
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
+    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
+    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
+    for key in single:
+        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
