@@ -225,3 +225,29 @@ def test_commands_refuse_urls_they_cannot_honour_before_any_work(command):
     assert proc.returncode == 2, proc.stderr
     assert f"wamkit {command[0]}" in proc.stderr and ("does not support" in proc.stderr or "local directory" in proc.stderr)
     assert not any((REPO / name).exists() for name in ("s3:", "gs:", "hdfs:", "ftp:", "out"))
+
+
+def test_variables_are_expanded_once_at_load_and_read_as_they_are(tmp_path, monkeypatch):
+    """A recipe's ${VAR} paths are expanded by load_experiment; building the run's data and tokenizers reads
+    the values as they are (no second expansion, whose answer could differ from the one the run recorded),
+    and a variable unset at load raises its field's error only where that path is needed."""
+    import wamkit.config.schema as schema
+    from wamkit.data import write_demo_dataset
+    from wamkit.train.setup import build_run_data, build_tokenizers
+
+    root = write_demo_dataset(tmp_path / "demo", num_episodes=2, episodes_per_file=2)
+    monkeypatch.setenv("WAMKIT_TEST_DATA", str(root))
+    monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
+    calls = []
+    real = schema.expand_env
+    monkeypatch.setattr(schema, "expand_env", lambda text, name: calls.append(name) or real(text, name))
+    cfg = load_experiment(DEMO_RECIPE, ['data.path="${WAMKIT_TEST_DATA}"', "data.generate_demo=false",
+                                        'data.latent_cache="${WAMKIT_TEST_UNSET}/cache"'])
+    assert cfg.data.path == str(root) and sorted(calls) == ["data.latent_cache", "data.path"]
+    calls.clear()
+    run = build_run_data(cfg)
+    build_tokenizers(cfg)
+    assert calls == [] and run.dataset.root == root
+    with pytest.raises(ConfigError) as err:
+        run.samples("train", cfg)  # the cache is needed now: the error load recorded, naming field and variable
+    assert err.value.where == "data.latent_cache" and "WAMKIT_TEST_UNSET" in err.value.problem

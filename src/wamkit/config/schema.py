@@ -90,7 +90,7 @@ class DataConfig:
             from wamkit.config.lerobot_home import resolve_repo_id
 
             return resolve_repo_id(self.repo_id)
-        return Path(expand_env(self.path, "data.path")).expanduser()
+        return Path(resolved(self, "path")).expanduser()
 
 
 @dataclass
@@ -380,24 +380,19 @@ class ExperimentConfig:
         return self
 
     def _resolve_env(self) -> dict[str, str]:
-        """Expand the ${VAR} references of the path fields whose variables are set (an empty one
-        included), so the run records the paths it used and `checkpoint.load_path = "${BASE_CHECKPOINT_PATH}"`
-        with BASE_CHECKPOINT_PATH= (empty) means random init. A reference to an unset variable stays
-        as written: a dry run or a listing needs no environment, and the code that opens the path
-        raises the field's error (expand_env) when it is needed. Returns {field: value as written}
-        of the fields it expanded."""
+        """Expand the ${VAR} references of the path fields, once, at load: every layer then reads the
+        values as they are, and the run records the paths it used (`checkpoint.load_path =
+        "${BASE_CHECKPOINT_PATH}"` with BASE_CHECKPOINT_PATH= (empty) means random init). A reference to an
+        unset variable stays as written with its error recorded: a dry run or a listing needs no
+        environment, and `resolved(section, key)` raises the error where the path is needed. Returns
+        {field: value as written} of the fields it expanded."""
         raw = {}
+        sections: dict[str, list[str]] = {}
         for dotted in ENV_PATH_FIELDS:
             section, key = dotted.split(".")
-            node = getattr(self, section)
-            text = getattr(node, key)
-            if "$" not in text:
-                continue
-            try:
-                setattr(node, key, expand_env(text, dotted))
-            except ConfigError:
-                continue
-            raw[dotted] = text
+            sections.setdefault(section, []).append(key)
+        for section, keys in sections.items():
+            raw.update(expand_fields(getattr(self, section), section, keys))
         return raw
 
     def _validate_modes_and_lora(self) -> None:
@@ -442,11 +437,42 @@ ENV_PATH_FIELDS = {
     "data.latent_cache": ("/path/to/latent_cache", "a directory written by `wamkit data cache-latents`; or "
                           "--set data.latent_cache='' to decode video"),
     "model.vae_path": ("/path/to/wan22_vae", "a diffusers AutoencoderKLWan directory: config.json + safetensors"),
+    "model.text_tokenizer_path": ("/path/to/tokenizer", 'a tokenizer directory (e.g. <Cosmos3-Nano diffusers dir>/tokenizer), '
+                                  'or "byte"'),
     "checkpoint.load_path": ("/path/to/Cosmos3-Nano", "a Cosmos3 diffusers dir or reference safetensors, or a wamkit "
                              "runs/<name>/checkpoints/iter_<N> dir; for random init (wamkit train) export {var}= (empty) "
                              "or --set checkpoint.load_path=''"),
 }
 _DISTILL_FIX = ("runs/<name>/checkpoints/iter_<N>", "a completed wamkit iteration directory of the previous stage")
+
+
+def expand_fields(node, section: str, keys) -> dict[str, str]:
+    """Expand the ${VAR} references of `node`'s fields `keys` (config section `section`) in place. A field
+    whose variable is unset keeps its text, and the error naming the field is kept on the node for
+    `resolved`. Returns {dotted field: value as written} of the fields expanded."""
+    raw, errors = {}, {}
+    for key in keys:
+        text = getattr(node, key)
+        if "$" not in text:
+            continue
+        try:
+            setattr(node, key, expand_env(text, f"{section}.{key}"))
+        except ConfigError as exc:
+            errors[key] = (text, exc)
+            continue
+        raw[f"{section}.{key}"] = text
+    object.__setattr__(node, "_env_errors", errors)
+    return raw
+
+
+def resolved(node, key: str) -> str:
+    """A path field as every layer reads it: the value expanded at load. When its variable was unset
+    then, the error recorded at load (the field, what to export) is raised now that the path is needed."""
+    value = getattr(node, key)
+    text, error = getattr(node, "_env_errors", {}).get(key, (None, None))
+    if error is not None and value == text:
+        raise error
+    return value
 
 
 def env_fix(field_name: str, var: str, alternatives: tuple[str, ...] = ()) -> str:

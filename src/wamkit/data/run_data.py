@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch.utils.data import Dataset
 
-from wamkit.config.schema import expand_env
+from wamkit.config.schema import resolved
 from wamkit.data.latent_cache import window_fingerprint
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.sample import SampleTransform
@@ -43,7 +43,7 @@ class RunData:
             return TransformedWindows(windows, self.transform)
         from wamkit.data.latent_cache import CachedWindows, LatentCache
 
-        cache = LatentCache(expand_env(cfg.data.latent_cache, "data.latent_cache"))
+        cache = LatentCache(resolved(cfg.data, "latent_cache"))
         cache.check(latent_fingerprint(cfg, self))
         return CachedWindows(windows, self.transform, cache, split)
 

@@ -127,9 +127,9 @@ def resolve_text_tokenizer(cfg):
 def text_tokenizer_source(cfg, _depth: int = 0) -> str:
     """"" (byte tokenizer by default: random init), "byte" (chosen) or the absolute path of a
     tokenizer directory."""
-    from wamkit.config.schema import expand_env
+    from wamkit.config.schema import resolved
 
-    explicit = expand_env(cfg.model.text_tokenizer_path, "model.text_tokenizer_path") if cfg.model.text_tokenizer_path else ""
+    explicit = resolved(cfg.model, "text_tokenizer_path")
     if explicit:
         if explicit == BYTE:
             return BYTE
@@ -142,7 +142,7 @@ def text_tokenizer_source(cfg, _depth: int = 0) -> str:
         return ""  # random init: nothing pretrained to match, the byte tokenizer
     from wamkit.train.checkpoint import COMPLETE_MARKER, load_path_location
 
-    base = load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
+    base = load_path_location(resolved(cfg.checkpoint, "load_path"))
 
     if (base / COMPLETE_MARKER).exists():
         return _from_wamkit_checkpoint(base, _depth)

@@ -9,7 +9,7 @@ import torch
 
 from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
                          split_episodes, write_demo_dataset)
-from wamkit.config.schema import expand_env
+from wamkit.config.schema import resolved
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.multi import is_multi_root, open_lerobot
 from wamkit.data.run_data import RunData
@@ -46,7 +46,7 @@ def build_run_data(cfg) -> RunData:
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
 
-    keep = KeepRanges.load(expand_env(cfg.data.keep_ranges_path, "data.keep_ranges_path")) if cfg.data.keep_ranges_path else None
+    keep = KeepRanges.load(resolved(cfg.data, "keep_ranges_path")) if cfg.data.keep_ranges_path else None
 
     def windows(episodes):
         return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key,
@@ -111,7 +111,7 @@ def zero_video_output(model) -> None:
 
 
 def base_weights_path(cfg) -> Path:
-    return ckpt.load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
+    return ckpt.load_path_location(resolved(cfg.checkpoint, "load_path"))
 
 
 def plain_state_dict(model) -> dict:
@@ -183,7 +183,7 @@ def build_tokenizers(cfg, device: torch.device | str = "cpu"):
     from wamkit.train.parallel import DTYPES
 
     dtype = DTYPES[cfg.parallel.param_dtype] if torch.device(device).type == "cuda" else None
-    vae_path = expand_env(cfg.model.vae_path, "model.vae_path") if cfg.model.tokenizer == "wan2.2" else ""
+    vae_path = resolved(cfg.model, "vae_path") if cfg.model.tokenizer == "wan2.2" else ""
     video = build_video_tokenizer(cfg.model.tokenizer, vae_path, cfg.model.pixel_spatial_factor, device=device, dtype=dtype)
     text = resolve_text_tokenizer(cfg)  # the base checkpoint's own tokenizer (wamkit.model.text_tokenizer)
     return video, text
