@@ -68,7 +68,7 @@ def test_recipe_extends_overlays_a_parent(tmp_path):
 def test_unset_environment_variable_in_a_path_is_named():
     import os
 
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     os.environ.pop("WAMKIT_TEST_UNSET", None)
     with pytest.raises(ConfigError, match="WAMKIT_TEST_UNSET"):
@@ -147,7 +147,7 @@ def test_every_config_error_of_a_bad_override_carries_a_fix():
     ("distill.teacher_path", "iteration directory"),
 ])
 def test_unset_variable_error_names_variable_field_and_a_fix_for_the_field(field, needle, monkeypatch):
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
     with pytest.raises(ConfigError) as err:
@@ -179,7 +179,7 @@ def test_fallback_variables_and_empty_required_paths_name_the_variables(monkeypa
     recipe = REPO / "recipes" / "g1_simple.toml"
     for var in ("SIMPLE_ROOT", "DATASET_PATH"):
         monkeypatch.delenv(var, raising=False)
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     with pytest.raises(ConfigError, match="SIMPLE_ROOT is not set and the fallback's DATASET_PATH is not set") as err:
         expand_env("${SIMPLE_ROOT:-$DATASET_PATH}", "data.path")
@@ -231,7 +231,7 @@ def test_variables_are_expanded_once_at_load_and_read_as_they_are(tmp_path, monk
     """A recipe's ${VAR} paths are expanded by load_experiment; building the run's data and tokenizers reads
     the values as they are (no second expansion, whose answer could differ from the one the run recorded),
     and a variable unset at load raises its field's error only where that path is needed."""
-    import wamkit.config.schema as schema
+    import wamkit.config.env as env
     from wamkit.data import write_demo_dataset
     from wamkit.train.setup import build_run_data, build_tokenizers
 
@@ -239,8 +239,8 @@ def test_variables_are_expanded_once_at_load_and_read_as_they_are(tmp_path, monk
     monkeypatch.setenv("WAMKIT_TEST_DATA", str(root))
     monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
     calls = []
-    real = schema.expand_env
-    monkeypatch.setattr(schema, "expand_env", lambda text, name: calls.append(name) or real(text, name))
+    real = env.expand_env
+    monkeypatch.setattr(env, "expand_env", lambda text, name: calls.append(name) or real(text, name))
     cfg = load_experiment(DEMO_RECIPE, ['data.path="${WAMKIT_TEST_DATA}"', "data.generate_demo=false",
                                         'data.latent_cache="${WAMKIT_TEST_UNSET}/cache"'])
     assert cfg.data.path == str(root) and sorted(calls) == ["data.latent_cache", "data.path"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch.utils.data import Dataset
 
-from wamkit.config.schema import resolved
+from wamkit.config.env import resolved
 from wamkit.data.latent_cache import window_fingerprint
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.sample import SampleTransform

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wamkit.config.loader import _apply_override, _merge, read_recipe
-from wamkit.config.schema import ExperimentConfig, expand_fields
+from wamkit.config.env import expand_fields
+from wamkit.config.schema import ExperimentConfig
 from wamkit.errors import ConfigError
 
 METHODS = ("tf_dcm", "sf_dmd")

@@ -46,7 +46,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import config_to_dict, format_config
-from wamkit.config.schema import resolved
+from wamkit.config.env import resolved
 from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict

@@ -127,7 +127,7 @@ def resolve_text_tokenizer(cfg):
 def text_tokenizer_source(cfg, _depth: int = 0) -> str:
     """"" (byte tokenizer by default: random init), "byte" (chosen) or the absolute path of a
     tokenizer directory."""
-    from wamkit.config.schema import resolved
+    from wamkit.config.env import resolved
 
     explicit = resolved(cfg.model, "text_tokenizer_path")
     if explicit:

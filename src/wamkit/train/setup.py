@@ -9,7 +9,7 @@ import torch
 
 from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
                          split_episodes, write_demo_dataset)
-from wamkit.config.schema import resolved
+from wamkit.config.env import resolved
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.multi import is_multi_root, open_lerobot
 from wamkit.data.run_data import RunData

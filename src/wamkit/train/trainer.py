@@ -13,7 +13,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import ExperimentConfig, config_to_dict, format_config
-from wamkit.config.schema import expand_env
+from wamkit.config.env import expand_env
 from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
