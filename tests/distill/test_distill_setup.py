@@ -15,18 +15,15 @@ from wamkit.train.metrics import read_metrics
 
 def _distill(chain, stage, init, iters):
     bundle, runs, stage0, stage1 = chain
-    # stage 3 with one critic update per student update: its 2 iterations are a critic and a student step, the
-    # two kinds the recipe's 5:1 schedule alternates (6 iterations of it cost 3x as much and check no more)
     extra = ({"distill.teacher_path": f'"{stage1}"'} if stage == 2
-             else {"distill.reference_path": f'"{stage0}"', "distill.critic_path": f'"{stage0}"',
-                   "distill.critic_updates_per_student": "1"})
+             else {"distill.reference_path": f'"{stage0}"', "distill.critic_path": f'"{stage0}"'})
     extra["parallel.init"] = f'"{init}"'
     name = f"m{stage}-{init}"
     trainer = DistillTrainer(*load_distill_recipe(recipe(stage), tiny_overrides(bundle, runs, name, iters, stage1, extra=extra)), device="cpu")
     return trainer, runs / name
 
 
-@pytest.mark.parametrize("stage,iters", [(2, 2), (3, 2)])
+@pytest.mark.parametrize("stage,iters", [(2, 2), (3, 6)])
 def test_meta_built_models_distill_like_eager_ones(chain, stage, iters):
     meta, meta_dir = _distill(chain, stage, "meta", iters)
     eager, eager_dir = _distill(chain, stage, "eager", iters)
@@ -42,7 +39,6 @@ def test_meta_built_models_distill_like_eager_ones(chain, stage, iters):
     got = [(r["role"], r["loss"]) for r in read_metrics(meta_dir / "metrics.jsonl")]
     want = [(r["role"], r["loss"]) for r in read_metrics(eager_dir / "metrics.jsonl")]
     assert len(got) == iters and [r for r, _ in got] == [r for r, _ in want]
-    assert stage == 2 or {r for r, _ in got} == {"critic", "student"}
     torch.testing.assert_close(torch.tensor([l for _, l in got]), torch.tensor([l for _, l in want]), rtol=1e-5, atol=1e-7)
 
 
