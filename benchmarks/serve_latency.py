@@ -36,11 +36,12 @@ def tiny_export(tmp: Path) -> Path:
 
 
 def random_weight_policy(preset: str, device: str, num_steps: int, text_tokens: int,
-                         cache_text: bool, cuda_graphs: bool, compile_pointwise: bool):
+                         cache_text: bool, cuda_graphs: bool, compile_pointwise: bool, model=None, vae=None):
     """A policy of a preset's real shape with random weights (G1-like contract: chunk 32, 36-D
     action, 32-D state, 50 fps, 256p tier, `text_tokens` prompt tokens — the reference G1 shape has
     256) and a randomly initialised Wan2.2-layout VAE, in bf16: what latency at Nano width needs
-    without downloading weights."""
+    without downloading weights. `model` / `vae`: use these (e.g. the ones benchmarks/serve_export.py
+    just exported) instead of building new ones."""
     import torch
     from diffusers import AutoencoderKLWan
 
@@ -52,8 +53,10 @@ def random_weight_policy(preset: str, device: str, num_steps: int, text_tokens: 
 
     dtype = torch.bfloat16
     with torch.device(device):
-        model = build_transformer(preset, latent_channel=48, max_action_dim=36, num_domains=32).to(dtype).eval().requires_grad_(False)
-        vae = AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
+        if model is None:
+            model = build_transformer(preset, latent_channel=48, max_action_dim=36, num_domains=32).to(dtype).eval().requires_grad_(False)
+        if vae is None:
+            vae = AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=[0.0] * 48, latents_std=[1.0] * 48).to(dtype)
     bounds = {"min": np.full(36, -1.0), "max": np.full(36, 1.0)}
     state_bounds = {"min": np.full(32, -1.0), "max": np.full(32, 1.0)}
     contract = {

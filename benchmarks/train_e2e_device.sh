@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # benchmarks/train_e2e.py on the H200 machine, carry [".whl"] (benchmarks/policy_quality_wheels.sh fills it):
-#   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs, + the harness rows
-#   PHASE=1gpu   bash benchmarks/train_e2e_device.sh   # g1_simple / droid on 1 GPU, latent-cache variant, so101 LoRA
+#   PHASE=1gpu-a bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 LoRA and g1_simple_1gpu, online VAE and latent cache
+#   PHASE=1gpu-b bash benchmarks/train_e2e_device.sh   # nvidia-h200: droid_1gpu online; g1_simple as its header runs it (the
+#                                                       # memory gate); so101 from the cache for 200 steps with a save (flat memory, size)
+#   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
+#   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
 # Logs and tables land in $OUT.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $OUT/machine.txt
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a $OUT/machine.txt
 python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)" | tee -a $OUT/machine.txt
-E2E="benchmarks/train_e2e.py --steps ${STEPS:-12} --warmup ${WARMUP:-4} --timeout ${RUN_S:-270} $EXTRA"
-case "${PHASE:-2gpu}" in
+E2E="benchmarks/train_e2e.py --steps ${STEPS:-10} --warmup ${WARMUP:-3} --timeout ${RUN_S:-200} $EXTRA"
+case "${PHASE:-1gpu-a}" in
+  1gpu-a) python3 $E2E --gpus 1 --recipes ${RECIPES:-so101_fd_chunk16 g1_simple_1gpu} 2>&1 | tee $OUT/e2e_1gpu_online.txt
+          python3 $E2E --gpus 1 --recipes ${RECIPES:-so101_fd_chunk16 g1_simple_1gpu} --latent-cache 2>&1 | tee $OUT/e2e_1gpu_cache.txt ;;
+  1gpu-b) python3 $E2E --gpus 1 --recipes droid_1gpu 2>&1 | tee $OUT/e2e_1gpu_droid.txt
+          [ -n "$SKIP_SO101_200" ] && SO101=0
+          # the seed recipe exactly as its header runs it, on one GPU: the gate must refuse it with what fits
+          python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'benchmarks'); from pathlib import Path; import train_e2e as e; e.random_wan22_vae(Path('/tmp/wamkit_e2e')); e.prepare(Path('/tmp/wamkit_e2e'), 'g1_simple', (480, 640), 6)"
+          ( export SIMPLE_ROOT=/tmp/wamkit_e2e/data_g1_simple_480x640 BASE_CHECKPOINT_PATH= WAN_VAE_PATH=/tmp/wamkit_e2e/wan22_vae_random
+            WAMKIT_OUTPUT_ROOT=/tmp/wamkit_e2e/runs timeout 120 torchrun --nproc-per-node=1 -m wamkit.cli train recipes/g1_simple.toml \
+              --set job.name=g1_simple > $OUT/g1_simple_header.txt 2>&1; echo "exit code $?" >> $OUT/g1_simple_header.txt )
+          grep -E "wamkit\]|error|fix|--set|GiB|exit code" $OUT/g1_simple_header.txt
+          [ "$SO101" = 0 ] || python3 benchmarks/train_e2e.py --steps 200 --warmup 20 --timeout 330 --gpus 1 --recipes so101_fd_chunk16 --latent-cache --save \
+            2>&1 | tee $OUT/e2e_1gpu_so101_200.txt ;;
   2gpu) python3 $E2E --gpus 2 --recipes ${RECIPES:-g1_simple droid} 2>&1 | tee $OUT/e2e_2gpu.txt ;;
-  1gpu) python3 $E2E --gpus 1 --recipes ${RECIPES:-g1_simple so101_fd_chunk16} 2>&1 | tee $OUT/e2e_1gpu.txt
-        python3 $E2E --gpus 1 --recipes g1_simple --latent-cache 2>&1 | tee $OUT/e2e_1gpu_cache.txt ;;
   harness) python3 benchmarks/train_throughput.py --layers 36 --no-baseline --packed g1=16,droid=16 --steps 5 --warmup 2 2>&1 | tee $OUT/harness.txt ;;
 esac
 cp /tmp/wamkit_e2e/*.log $OUT/ 2>/dev/null

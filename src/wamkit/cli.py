@@ -11,29 +11,73 @@ import sys
 # into an out-of-memory one (packed lengths change every step). A user's own setting wins.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
+from wamkit import __version__  # noqa: E402
 from wamkit.device import DEVICE_HELP  # noqa: E402
 from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
+# One convention for --set everywhere (help, docs, recipe headers): values bare, '' for an empty one,
+# TOML quotes only for a string that would otherwise read as a number, bool or list.
+SET_HELP = ("override one recipe key, repeatable: SECTION.KEY=VALUE with VALUE a TOML literal or a bare string, "
+            "e.g. --set trainer.max_iter=100 --set data.path=/data/my_set --set checkpoint.load_path='' "
+            "(empty); TOML-quote a string that would read as a number or bool: --set job.name='\"2024\"'")
+RECIPE_HELP = "a TOML recipe, e.g. recipes/demo_tiny.toml (every key, its default and meaning: src/wamkit/config/schema.py)"
+EPILOG = """examples:
+  wamkit train recipes/demo_tiny.toml --dry-run          check every input, print shapes and memory
+  wamkit train recipes/demo_tiny.toml --set trainer.max_iter=100
+  wamkit eval sim runs/demo_tiny metaworld/mt3 --episodes 2 --seed 1000
+  wamkit export runs/demo_tiny exports/demo_tiny && wamkit serve exports/demo_tiny --port 8000
+run `wamkit COMMAND --help` for a command's arguments and defaults."""
+TRAIN_EPILOG = """examples:
+  wamkit train recipes/demo_tiny.toml --dry-run
+  wamkit train recipes/tiny/g1_simple.toml --set data.path=data/synth_g1_simple --set job.name=g1_try
+  torchrun --nproc-per-node=8 -m wamkit.cli train recipes/g1_simple.toml   (FSDP2 over 8 GPUs)
+re-running the same job.name resumes it exactly."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help (unless the help already says it, or there is none to
+    show), and epilogs as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if not action.option_strings or "default" in text or default is None or default is False or default is argparse.SUPPRESS or default == []:
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="wamkit", description="Post-train Cosmos3 into robot policies and world models.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except WamkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
-    train = sub.add_parser("train", help="train (or resume, by job.name) from a TOML recipe")
-    train.add_argument("recipe")
-    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key, e.g. --set trainer.max_iter=100")
-    train.add_argument("--dry-run", action="store_true", help="print the resolved config and implied shapes; do not train")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wamkit", description="Post-train Cosmos3 into robot policies and world models.",
+                                     epilog=EPILOG, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"wamkit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser = _with_formatter(sub.add_parser)
+
+    train = sub.add_parser("train", help="train (or resume, by job.name) from a TOML recipe", epilog=TRAIN_EPILOG)
+    train.add_argument("recipe", help=RECIPE_HELP)
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    train.add_argument("--dry-run", action="store_true", help="print the resolved config, implied shapes and memory, and check every input the run reads (all problems at once, exit 2 if any); do not train")
     train.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     data = sub.add_parser("data", help="dataset tools")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
-    demo = data_sub.add_parser("demo", help="write the embedded demo dataset (LeRobot v3.0) to OUT_DIR")
-    demo.add_argument("out_dir")
-    demo.add_argument("--episodes", type=int, default=32)
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+    data_sub.add_parser = _with_formatter(data_sub.add_parser)
+    demo = data_sub.add_parser("demo", help="write a generated 2-D reach dataset (LeRobot v3.0, what the tests use) to OUT_DIR")
+    demo.add_argument("out_dir", help="directory to write (created)")
+    demo.add_argument("--episodes", type=int, default=32, help="episodes to generate")
     synth = data_sub.add_parser("synth", help="write a small synthetic dataset with a seed recipe's exact schema")
     synth.add_argument("schema", help="g1_simple | droid | so101")
-    synth.add_argument("out_dir")
-    synth.add_argument("--episodes", type=int, default=6)
+    synth.add_argument("out_dir", help="directory to write (created)")
+    synth.add_argument("--episodes", type=int, default=6, help="episodes to generate")
     synth.add_argument("--camera-size", default=None, metavar="HxW", help="every camera at this frame size (default: the schema's tiny size)")
     validate = data_sub.add_parser("validate", help="check a sim-bimanual local bundle; --materialize builds one packed sample")
     validate.add_argument("--bundle", required=True, help="bundle directory (manifest.json + samples.json)")
@@ -51,29 +95,30 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--source", default="aloha", help="source name in the manifest")
     bundle.add_argument("--caption", default="{task}", help="caption template filled with the episode's task")
     cache = data_sub.add_parser("cache-latents", help="tokenize every window of a recipe's dataset once; train with data.latent_cache=DIR")
-    cache.add_argument("recipe")
-    cache.add_argument("--out", required=True)
-    cache.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    cache.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    cache.add_argument("recipe", help=RECIPE_HELP)
+    cache.add_argument("--out", required=True, help="cache directory to write")
+    cache.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+    cache.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"], help="latent storage dtype")
     cache.add_argument("--device", default="auto", help=DEVICE_HELP)
     doctor = data_sub.add_parser("doctor", help="check a LeRobot v3.0 dataset (against a recipe) and print fixes")
-    doctor.add_argument("path")
+    doctor.add_argument("path", help="LeRobot v3.0 dataset root (meta/, data/, videos/)")
     doctor.add_argument("--recipe", help="check dims, fps, cameras and stats against this recipe")
-    doctor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    doctor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="with --recipe: " + SET_HELP)
     stats = data_sub.add_parser("stats", help="compute meta/stats.json (min/max/mean/std/q01/q99) from the parquet data")
-    stats.add_argument("path")
+    stats.add_argument("path", help="LeRobot v3.0 dataset root; writes PATH/meta/stats.json")
     stats.add_argument("--keys", nargs="*", default=[], help="features to cover (default: every numeric feature)")
-    stats.add_argument("--overwrite", action="store_true")
+    stats.add_argument("--overwrite", action="store_true", help="replace an existing meta/stats.json")
 
     distill = sub.add_parser("distill", help="stage 2/3 distillation (TF-dCM / SF-DMD) from a recipe with a [distill] section")
-    distill.add_argument("recipe")
-    distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    distill.add_argument("recipe", help="a TOML recipe with a [distill] section (recipes/sim_bimanual_stage2.toml, stage3)")
+    distill.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     distill.add_argument("--device", default="auto", help=DEVICE_HELP)
-    distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes")
+    distill.add_argument("--dry-run", action="store_true", help="print the resolved recipe, [distill] section and implied shapes, "
+                         "and check every input the run reads, the frozen models included (exit 2 if any is missing)")
 
     export = sub.add_parser("export", help="export a run's checkpoint to a self-contained diffusers-format directory")
     export.add_argument("path", help="run directory or checkpoints/iter_<N>")
-    export.add_argument("out_dir")
+    export.add_argument("out_dir", help="export directory to write (local)")
     export.add_argument("--raw", action="store_true", help="export the raw weights instead of the EMA")
     export.add_argument("--student-only", action="store_true", help="distillation run: export the student's EMA (+ student.json with its sampling ladder)")
     export.add_argument("--device", default="auto", help="where the reload check runs; " + DEVICE_HELP)
@@ -81,26 +126,32 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve a policy over websockets (openpi protocol; GET /healthz)")
     serve.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
     serve.add_argument("--host", default="127.0.0.1", help="use 0.0.0.0 to accept remote clients")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port, printed at startup)")
     serve.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     serve.add_argument("--seed", type=int, default=0, help="noise seed of requests that send no 'seed'")
     serve.add_argument("--batch-window-ms", type=float, default=5.0, help="batch requests arriving within this window")
-    serve.add_argument("--max-batch", type=int, default=16)
-    serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
+    serve.add_argument("--max-batch", type=int, default=16, help="most requests in one batched forward")
+    serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger requests get an error")
     serve.add_argument("--device", default="auto", help=DEVICE_HELP)
     serve.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                        help="run every batch size up to --max-batch once before /healthz answers 200 (default: on for CUDA)")
     serve.add_argument("--warmup-size", default=None, metavar="HxW",
                        help="camera frame size for the warm-up (default: the training cameras' size from the data contract)")
+    serve.add_argument("--resize-images", action="store_true",
+                       help="resize camera images of another size than training's, as the training canvas does "
+                       "(default: refuse them, naming both sizes: a silent resize hides a mis-set camera)")
+    serve.add_argument("--stats-every", type=float, default=60.0, metavar="SECONDS",
+                       help="log request counts and latency percentiles this often (0: never)")
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
-    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+    sim_sub.add_parser = _with_formatter(sim_sub.add_parser)
     sim_record = sim_sub.add_parser("record", help="roll out ENV's scripted expert and write successful episodes as LeRobot v3.0")
     sim_record.add_argument("env", help="registered env name: metaworld/<task>-v3 (the ten MT10 tasks), aloha/transfer-cube, "
                             "so101/pick-place; comma-separated for several, or a suite: metaworld/mt10, metaworld/mt3")
     sim_record.add_argument("--episodes", type=int, required=True, help="expert attempts; failed ones are dropped and counted")
     sim_record.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
-    sim_record.add_argument("--seed", type=int, default=0)
+    sim_record.add_argument("--seed", type=int, default=0, help="seed of the first episode's placements")
     sim_record.add_argument("--resolution", type=int, default=64, help="square camera frame size in px (multiple of 16)")
     sim_record.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     sim_record.add_argument("--camera", default=None,
@@ -109,12 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
-    eval_sub = evaluate.add_subparsers(dest="eval_command", required=True)
+    eval_sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
+    eval_sub.add_parser = _with_formatter(eval_sub.add_parser)
     eval_sim = eval_sub.add_parser("sim", help="closed-loop success rate in a simulator; writes report.md, results.json, mp4s")
     eval_sim.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
     eval_sim.add_argument("env", help="registered env name (e.g. metaworld/push-v3), comma-separated names, or a suite: "
                           "metaworld/mt10, metaworld/mt3 (per-task success and the average)")
-    eval_sim.add_argument("--episodes", type=int, required=True)
+    eval_sim.add_argument("--episodes", type=int, required=True, help="episodes per task")
     eval_sim.add_argument("--seed", type=int, required=True, help="episode seeds; use one other than the recording seed")
     eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning "
                           "(default: chunk length; half of it with --inference-delay)")
@@ -140,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     wm.add_argument("--shift", type=float, default=None, help="noise-schedule shift (default: the training shift; seed eval: 10)")
     wm.add_argument("--guidance", type=float, default=1.0, help="classifier-free guidance scale (1.0 = off)")
     wm.add_argument("--guidance-interval", type=float, nargs=2, default=[0.0, 1.0], metavar=("LOW", "HIGH"), help="sigma range where guidance applies")
-    wm.add_argument("--solver", choices=["euler", "unipc"], default="euler")
-    wm.add_argument("--seed", type=int, default=0)
+    wm.add_argument("--solver", choices=["euler", "unipc"], default="euler", help="sampler")
+    wm.add_argument("--seed", type=int, default=0, help="noise seed")
     wm.add_argument("--no-probes", action="store_true", help="skip the per-axis action probes")
     wm.add_argument("--raw", action="store_true", help="evaluate a checkpoint's raw weights instead of its EMA")
     wm.add_argument("--attention", choices=["sdpa", "flex", "per_sample"], default=None,
@@ -162,18 +214,21 @@ def main(argv: list[str] | None = None) -> int:
     wmp.add_argument("--num-steps", type=int, default=30, help="world-model denoising steps per chunk")
     wmp.add_argument("--shift", type=float, default=None, help="world-model noise shift (default: the training shift)")
     wmp.add_argument("--guidance", type=float, default=1.0, help="world-model classifier-free guidance scale (1.0 = off)")
-    wmp.add_argument("--solver", choices=["euler", "unipc"], default="euler")
-    wmp.add_argument("--seed", type=int, default=0)
+    wmp.add_argument("--solver", choices=["euler", "unipc"], default="euler", help="world-model sampler")
+    wmp.add_argument("--seed", type=int, default=0, help="noise seed")
     wmp.add_argument("--no-videos", action="store_true", help="skip the mp4s and strip.png")
     wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
     wmp.add_argument("--device", default="auto", help=DEVICE_HELP)
 
-    args = parser.parse_args(argv)
-    try:
-        return _dispatch(args)
-    except WamkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return parser
+
+
+def _with_formatter(add_parser):
+    """Subcommands format their help like the top level (defaults shown, epilogs as written)."""
+    def add(*args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        return add_parser(*args, **kwargs)
+    return add
 
 
 # Path arguments of the commands that read runs and checkpoints (an object-store URL is fine there:
@@ -273,11 +328,11 @@ def _dispatch(args) -> int:
         import dataclasses
 
         from wamkit.distill import load_distill_recipe
-        from wamkit.train.dry_run import describe
 
         cfg, dcfg = load_distill_recipe(args.recipe, args.overrides)
-        print(describe(cfg) + "\n# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items()))
-        return 0
+        section = "# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items())
+        frozen = {f"distill.{k}": v for k, v in dataclasses.asdict(dcfg).items() if k.endswith("_path") and v}
+        return _dry_run(cfg, section, frozen)
     if args.command == "distill":
         from wamkit.distill import distill_main
 
@@ -302,7 +357,8 @@ def _dispatch(args) -> int:
         return serve_main(args.path, host=args.host, port=args.port, num_steps=args.num_steps, seed=args.seed,
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
-                          warmup_size=parse_size(args.warmup_size) if args.warmup_size else None)
+                          warmup_size=parse_size(args.warmup_size) if args.warmup_size else None,
+                          resize_images=args.resize_images, stats_every_s=args.stats_every)
     raise AssertionError(args)
 
 
@@ -311,16 +367,32 @@ def _train(args) -> int:
 
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
-        from wamkit.train.dry_run import describe
-
-        print(describe(cfg))
-        return 0
+        return _dry_run(cfg)
     from wamkit.train.trainer import Trainer
 
     summary = Trainer(cfg, device=args.device).train()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
         print("[wamkit] done: " + json.dumps(summary, indent=2))
     return 0
+
+
+def _dry_run(cfg, extra: str = "", iterations: dict[str, str] | None = None) -> int:
+    """`--dry-run`: the resolved config, shapes and memory, then the input checks on stdout and each
+    problem with its fix on stderr (as a launch would print it); non-zero when any would stop the run."""
+    from wamkit.train.dry_run import describe
+    from wamkit.train.preflight import preflight
+
+    try:
+        print(describe(cfg))
+    except WamkitError as exc:  # an input the shapes need is broken: the checks below name it, with the rest
+        print(f"# shapes not computed: {exc.where}: {exc.problem}")
+    if extra:
+        print(extra)
+    report = preflight(cfg, iterations)
+    print("\n".join(report.lines()))
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if report.problems else 0
 
 
 if __name__ == "__main__":

@@ -80,6 +80,18 @@ def remove_tree(path) -> None:
         path.fs.rm(path.path, recursive=True)
 
 
+def move_tree(source, target) -> None:
+    """Rename a directory (local) or move every object under a prefix, one by one (a recursive
+    fsspec mv also tries to copy the prefix itself, which is no object in S3)."""
+    if not is_remote(source):
+        source.rename(target)
+        return
+    root = source.path.rstrip("/") + "/"
+    for key in source.fs.find(source.path):
+        source.fs.copy(key, (target / key[len(root):]).path)
+    source.fs.rm(source.path, recursive=True)
+
+
 def upload(local: Path, remote, names: tuple[str, ...]) -> None:
     """Copy the named files or directories of `local` to the `remote` prefix, file by file (a
     recursive put into an existing prefix would nest the directory inside itself)."""

@@ -77,25 +77,6 @@ def test_unset_environment_variable_in_a_path_is_named():
     assert expand_env("${WAMKIT_TEST_UNSET:-$WAMKIT_TEST_FALLBACK}/d", "data.path") == "/fb/d"
 
 
-def test_memory_estimate_counts_replicated_frozen_weights_whole_in_param_dtype():
-    from types import SimpleNamespace
-
-    from wamkit.train.dry_run import memory_estimate
-
-    params = {"total": 10 * 2**30, "trainable": 4 * 2**30}  # 6 Gi frozen
-    model_config = SimpleNamespace(num_hidden_layers=10, hidden_size=1024)
-
-    def cfg(replicate_frozen):
-        parallel = SimpleNamespace(replicate_frozen=replicate_frozen, param_dtype="bfloat16", activation_checkpointing="none")
-        return SimpleNamespace(parallel=parallel, ema=SimpleNamespace(enabled=False))
-
-    sharded, replicated = (memory_estimate(params, model_config, cfg(r), 8, 0) for r in (False, True))
-    assert sharded["weights"] == 10 * 4 / 8  # every weight an fp32 shard
-    assert replicated["weights"] == 4 * 4 / 8 + 6 * 2  # trainable fp32 shards + the frozen ones whole in bf16
-    assert replicated["gathered"] < sharded["gathered"]  # only trainable weights are all-gathered
-    assert memory_estimate(params, model_config, cfg(True), 1, 0)["weights"] == 10 * 4  # one process: nothing replicated
-
-
 def test_negative_prefetch_is_refused_with_the_field_named():
     proc = run_cli(["train", str(DEMO_RECIPE), "--dry-run", "--set", "parallel.prefetch_layers=-1"], check=False)
     assert proc.returncode != 0 and "parallel.prefetch_layers" in proc.stderr + proc.stdout

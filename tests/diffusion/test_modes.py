@@ -134,11 +134,11 @@ def test_mixed_batch_averages_each_loss_over_the_samples_that_have_it():
     with torch.no_grad():
         packed = mixed(samples, _gens(4))
         singles = [_objective(m)([s], [g]) for m, s, g in zip(modes, samples, _gens(4))]
-    videos = [single.video for m, single in zip(modes, singles) if m != "inverse_dynamics"]
-    actions = [single.action for m, single in zip(modes, singles) if m != "forward_dynamics"]
-    assert packed.video == pytest.approx(sum(videos) / len(videos), rel=1e-4)
-    assert packed.action == pytest.approx(sum(actions) / len(actions), rel=1e-4)
-    assert [s.action for m, s in zip(modes, singles) if m == "forward_dynamics"] == [0.0, 0.0]
+    videos = [float(single.video) for m, single in zip(modes, singles) if m != "inverse_dynamics"]
+    actions = [float(single.action) for m, single in zip(modes, singles) if m != "forward_dynamics"]
+    assert float(packed.video) == pytest.approx(sum(videos) / len(videos), rel=1e-4)
+    assert float(packed.action) == pytest.approx(sum(actions) / len(actions), rel=1e-4)
+    assert [float(s.action) for m, s in zip(modes, singles) if m == "forward_dynamics"] == [0.0, 0.0]
 
 
 def test_mixed_draws_come_from_each_samples_generator():
@@ -212,7 +212,7 @@ def test_x0_prediction_trains_towards_the_clean_latents(weighting):
         weight = 1.0 / max(sigma, 0.05) ** 2 if weighting == "velocity" else 1.0
         expected.append((pred - latents[:, 1:]).pow(2).mean() * weight)
     assert len(sigmas) == 2 and all(s < 0.9 for s in sigmas)  # the two weightings differ on these levels
-    assert losses.video == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
+    assert float(losses.video) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
 @pytest.mark.parametrize("weighting", ["velocity", "uniform"])
@@ -236,7 +236,7 @@ def test_x0_action_prediction_trains_towards_the_clean_chunk(weighting):
         err = (outputs[0].action[i].detach().float()[noisy] - rows[noisy]).pow(2) * mask
         weight = 1.0 / max(sigma, 0.05) ** 2 if weighting == "velocity" else 1.0
         expected.append(err.sum() / (len(noisy) * mask.sum()) * weight)
-    assert losses.action == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
+    assert float(losses.action) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
 def test_unknown_video_prediction_is_refused():
@@ -258,7 +258,8 @@ def test_text_filler_leaves_the_loss_unchanged():
     samples = _samples(3)
     want, got = plain(samples, _gens(3)), padded(samples, _gens(3))
     assert seen["und_len"] == 128 and seen["und_len"] > sum(len(s.task) for s in samples)
-    assert got.video == pytest.approx(want.video, rel=1e-5) and got.action == pytest.approx(want.action, rel=1e-5)
+    assert float(got.video) == pytest.approx(float(want.video), rel=1e-5)
+    assert float(got.action) == pytest.approx(float(want.action), rel=1e-5)
 
 
 def test_training_pads_text_only_for_compiled_code():

@@ -30,7 +30,7 @@ def _obs(seed):
 
 
 def test_export_layout_and_manifest(exported, run_dir):
-    assert sorted(p.name for p in exported.iterdir()) == ["transformer", "wamkit.json"]
+    assert sorted(p.name for p in exported.iterdir()) == ["transformer", "wamkit.json", "wamkit_manifest.json"]
     assert (exported / "transformer" / "config.json").is_file()
     assert list((exported / "transformer").glob("*.safetensors"))
     manifest = json.loads((exported / "wamkit.json").read_text())
@@ -101,10 +101,10 @@ def test_export_of_a_broken_path_is_a_clear_error(tmp_path):
 def test_lora_forward_dynamics_run_exports_merged_weights(tmp_path):
     """The export of a LoRA run is a plain transformer whose outputs equal the adapted model's."""
     from wamkit.config import config_from_dict
-    from wamkit.model.lora import apply_lora
     from wamkit.model.tokenizer import ByteTokenizer
+    from wamkit.policy.loading import lora_model_on_base
     from wamkit.train import checkpoint as ckpt
-    from wamkit.train.setup import build_model
+    from wamkit.train.base_identity import trainable_state
 
     run = train_tiny_run(tmp_path, "lora_fd", ["model.mode=\"forward_dynamics\"", "lora.enabled=true", "lora.rank=4"])
     exported = export_run(run, tmp_path / "lora_export", use_ema=False)
@@ -112,10 +112,11 @@ def test_lora_forward_dynamics_run_exports_merged_weights(tmp_path):
     assert not any("lora" in k for k in plain.state_dict())
 
     cfg = config_from_dict(json.loads((run / "resolved_config.json").read_text()))
-    adapted = build_model(cfg, 12)
-    apply_lora(adapted, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, True, 0.0)
-    state = {"model": adapted.state_dict()}
     latest = ckpt.latest_checkpoint(run / "checkpoints")
+    saved = ckpt.checkpoint_reader(latest).read_metadata().state_dict_metadata
+    assert not any(k.startswith("model.") and ("base_layer" in k or "embed_tokens" in k) for k in saved)  # the base is not copied
+    adapted = lora_model_on_base(cfg, 12, ckpt.read_marker(latest)["base"], latest)  # the frozen rest, as the run built it
+    state = {"model": trainable_state(adapted)}
     ckpt.load_checkpoint(latest, state)
     assert any("lora_B" in k and state["model"][k].abs().sum() > 0 for k in state["model"]), "adapters were trained"
     contract = json.loads((latest / ckpt.COMPLETE_MARKER).read_text())["data_contract"]

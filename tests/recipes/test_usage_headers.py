@@ -108,7 +108,7 @@ def test_full_recipe_header_command_is_the_documented_one_and_targets_the_gpus(n
 
 def _fixture_env(recipe: str, tmp_path: Path) -> dict[str, str]:
     """The header's variables set to a synthetic dataset / bundle of the recipe's schema, an empty base
-    checkpoint (random init) and a placeholder VAE directory (a dry run does not open it)."""
+    checkpoint (random init) and a placeholder VAE directory (a dry run checks its files, not their contents)."""
     from wamkit.bimanual import write_synthetic_bundle
     from wamkit.sim.schema_synth import write_schema_dataset
 
@@ -122,8 +122,12 @@ def _fixture_env(recipe: str, tmp_path: Path) -> dict[str, str]:
             env[var] = str(write_synthetic_bundle(tmp_path / "bundle", samples=4, chunk_length=32))
         elif var in ("BASE_CHECKPOINT_PATH", "COSMOS3_NANO_DIR"):
             env[var] = ""
-        elif var.endswith("VAE_PATH"):
-            env[var] = str(tmp_path / "vae")
+        elif var.endswith("VAE_PATH"):  # the files a dry run looks for; it does not load them
+            vae = tmp_path / "vae"
+            vae.mkdir(exist_ok=True)
+            (vae / "config.json").write_text('{"_class_name": "AutoencoderKLWan"}')
+            (vae / "diffusion_pytorch_model.safetensors").touch()
+            env[var] = str(vae)
         else:  # a previous stage's iteration directory
             env[var] = exports(recipe)[var]
     return env
@@ -144,8 +148,13 @@ def test_full_recipe_header_runs_as_written_up_to_the_dry_run(name, tmp_path):
         argv = [re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], a) for a in argv]  # the shell's expansion
         if argv[0] in ("train", "distill"):
             argv = argv + ["--dry-run"]
-        proc = run_cli(argv, env=env)
+        dry_run = argv[0] in ("train", "distill")
+        proc = run_cli(argv, env=env, check=not dry_run)
         ran += 1
+        if dry_run:  # the only inputs a dry run may miss: a previous stage's runs, not trained yet
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            assert all(re.match(r"error: (checkpoint\.load_path|distill\.\w+_path): runs/", e) for e in errors), proc.stderr
+            assert proc.returncode == (2 if errors else 0), proc.stderr
         if "--dry-run" in argv:
             assert "preset = nano" in proc.stdout and "memory per GPU" in proc.stdout
             assert 'path = "' + env.get("SIMPLE_ROOT", env.get("DATASET_PATH", env.get("BIMANUAL_BUNDLE"))) + '"' in proc.stdout

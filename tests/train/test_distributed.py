@@ -112,3 +112,28 @@ def test_mixed_modes_average_over_every_ranks_samples(demo_root, tmp_path):
     single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
     for key in single:
         torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
+
+
+def test_two_process_checkpoints_record_every_rank_and_a_damaged_rank_shard_is_found(demo_root, tmp_path):
+    """Each rank hashes its own shards into the manifest; on a 2-process resume every rank checks its
+    share of the files and both fall back together (on_damage = previous) to the previous intact
+    checkpoint, reproducing the run; one process names the damaged shard of rank 1."""
+    import pytest
+
+    from wamkit.errors import CheckpointError
+    from wamkit.train.manifest import MANIFEST
+
+    two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2"]
+    run_torchrun(["train", str(DEMO_RECIPE), *two])
+    losses = _losses(tmp_path / "two")
+    damaged = tmp_path / "two" / "checkpoints" / "iter_000000004"
+    files = json.loads((damaged / MANIFEST).read_text())["files"]
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "wamkit_complete.json"} <= set(files)
+    shard = damaged / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match="iter_000000004: is damaged: __1_0.distcp: is"):
+        _model_state(two, damaged)
+    out = run_torchrun(["train", str(DEMO_RECIPE), *two, "--set", "checkpoint.on_damage=previous"])
+    assert out.stdout.count("resuming from iter_000000002 instead") == 1 and "at step 2" in out.stdout
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(losses), rtol=1e-4, atol=1e-5)
+    assert (tmp_path / "two" / "checkpoints" / "replaced_iter_000000004" / "__1_0.distcp").stat().st_size == files["__1_0.distcp"]["size"] - 10

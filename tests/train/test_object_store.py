@@ -142,3 +142,32 @@ def test_an_output_url_and_a_missing_backend_are_errors_before_any_work(monkeypa
     with pytest.raises(ConfigError, match="gs:// needs the gcsfs package") as err:
         load_experiment(DEMO_RECIPE, ['job.output_root="gs://bucket/runs"'])
     assert "objectstore" in err.value.fix
+
+
+def test_a_damaged_checkpoint_in_s3_is_named_and_the_run_goes_on_from_the_previous_one(s3, demo_root, tmp_path):
+    """The manifest in the bucket is written and checked like a local one; the damaged iteration is
+    moved aside in the bucket when the run saves its step again, never deleted."""
+    import s3fs
+
+    from wamkit.errors import CheckpointError
+    from wamkit.train.trainer import Trainer
+
+    fs, run = _fs(), f"{BUCKET}/runs/s3damage"
+    args = quick_overrides(demo_root, tmp_path, "s3damage", 4, 2) + ["--set", f'job.output_root="s3://{BUCKET}/runs"']
+    cfg = lambda *extra: load_experiment(DEMO_RECIPE, [a for a in args if a != "--set"] + list(extra))  # noqa: E731
+    Trainer(cfg()).train()
+    losses = _losses(fs.cat(f"{run}/metrics.jsonl").decode())
+    listed = json.loads(fs.cat(f"{run}/checkpoints/iter_000000004/wamkit_manifest.json"))["files"]
+    assert {"__0_0.distcp", ".metadata", "wamkit_complete.json"} <= set(listed)
+    shard = f"{run}/checkpoints/iter_000000004/__0_0.distcp"
+    cut = fs.cat(shard)[:1000]
+    fs.pipe(shard, cut)
+    s3fs.S3FileSystem.clear_instance_cache()
+    with pytest.raises(CheckpointError) as err:
+        Trainer(cfg())
+    assert f"s3://{run}/checkpoints/iter_000000004: is damaged: __0_0.distcp: is 1000 bytes" in str(err.value)
+    assert "--set checkpoint.resume_step=2" in err.value.fix
+    assert Trainer(cfg("checkpoint.on_damage=previous")).train()["step"] == 4
+    assert fs.cat(f"{run}/checkpoints/replaced_iter_000000004/__0_0.distcp") == cut
+    assert fs.cat(f"{run}/checkpoints/latest").decode().strip() == "iter_000000004"
+    assert _losses(fs.cat(f"{run}/metrics.jsonl").decode()) == losses

@@ -129,3 +129,19 @@ def test_eval_wm_attention_override(fd_run, tmp_path):
                      probes=False, attention=backend)
         psnr[backend] = json.loads((out / "report.json").read_text())["results"]["teacher_forced"]["model"]["psnr"]
     assert psnr[None] == pytest.approx(psnr["sdpa"], abs=1e-3)
+
+
+def test_report_names_the_episodes_the_axes_and_ends_with_a_verdict(fd_run, tmp_path, capsys):
+    run_dir, data = fd_run
+    out = tmp_path / "named"
+    assert eval_wm_main(run_dir, dataset=str(data), episodes=[0], modes=["teacher_forced"], out_dir=out, num_steps=1) == 0
+    printed = capsys.readouterr().out
+    assert f"evaluating episodes [0] of {data}" in printed and "held out of training" in printed
+    assert "x real time (video s per compute s)" in printed
+    assert "verdict teacher_forced: the model " in printed and "copy-last-frame by " in printed and " dB PSNR (" in printed
+    report = json.loads((out / "report.json").read_text())
+    names = report["action_names"]
+    assert len(names) == 3
+    md = (out / "report.md").read_text()
+    assert f"| 0 | 0 {names[0]} |" in md  # probe rows carry the contract's action name
+    assert md.rstrip().splitlines()[-1].startswith("- teacher_forced: the model ")  # the report ends with the verdict

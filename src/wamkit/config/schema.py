@@ -224,7 +224,10 @@ class CheckpointConfig:
     save_iter: int = 500
     load_path: str = ""  # base weights for a fresh run: diffusers dir, reference safetensors, or wamkit iteration dir
     skip_action_heads: bool = False  # don't load action_proj_in/out + action_modality_embed from a foreign base
-    keep_last: int = 0  # 0 -> keep all
+    keep_last: int = 0  # 0 -> keep all; never prunes the newest intact one, never counts damaged ones
+    verify: str = "hash"  # hash | size: what every load checks against the manifest (sizes always; "size" also records no hashes)
+    on_damage: str = "error"  # error | previous: a resume whose checkpoint is damaged stops, or resumes from the newest intact one
+    resume_step: int = 0  # 0 -> resume from `latest`; N -> from iter_<N> (stepping back past a damaged checkpoint)
 
 
 @dataclass
@@ -237,7 +240,7 @@ class ParallelConfig:
     context_parallel_degree: int = 1
     activation_checkpointing: str = "none"  # none | selective (recompute the MLPs) | full (whole layers)
     compile: bool = False  # torch.compile each decoder layer
-    param_dtype: str = "float32"  # compute dtype at any world size (wamkit.train.parallel.compute_precision); masters stay fp32
+    param_dtype: str = "float32"  # compute dtype at any world size (FSDP2 mixed precision, wamkit.train.parallel); trainable masters stay fp32, frozen weights are stored in it
     reduce_dtype: str = "float32"  # gradient reduction dtype
     reshard_after_forward: bool = True  # False: keep layers gathered until backward (less traffic, more memory)
     # True: frozen weights (the text pathway) are kept whole on every GPU in param_dtype instead of
@@ -367,6 +370,11 @@ class ExperimentConfig:
             raise ConfigError("parallel.prefetch_layers", f"{self.parallel.prefetch_layers} is negative", "use 0 (FSDP2's own prefetch) or N >= 1 layers")
         if self.checkpoint.save_iter <= 0:
             raise ConfigError("checkpoint.save_iter", "must be positive", "set it to max_iter to save once")
+        _choice("checkpoint.verify", self.checkpoint.verify, ("hash", "size"))
+        _choice("checkpoint.on_damage", self.checkpoint.on_damage, ("error", "previous"))
+        for name in ("keep_last", "resume_step"):
+            if getattr(self.checkpoint, name) < 0:
+                raise ConfigError(f"checkpoint.{name}", f"is {getattr(self.checkpoint, name)}; it must be 0 or positive", f"--set checkpoint.{name}=0")
         if self.model.tokenizer == "wan2.2" and not self.model.vae_path:
             raise ConfigError(
                 "model.vae_path", f"is empty{_from_env(raw, 'model.vae_path')} while model.tokenizer = 'wan2.2'",

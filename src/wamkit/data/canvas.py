@@ -154,6 +154,12 @@ def _resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return y.permute(0, 2, 3, 1).contiguous()
 
 
+def resize_view(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """One uint8 [H, W, 3] camera image at `size` (H, W), resized exactly as the training canvas
+    resizes its views (serving's opt-in for clients whose cameras run at another resolution)."""
+    return _resize(torch.from_numpy(np.ascontiguousarray(image))[None], tuple(size))[0].numpy()
+
+
 def resize_through_float(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """`_resize` through float interpolation and rounding: the path off the CPU (and the reference)."""
     x = frames.permute(0, 3, 1, 2).float()

@@ -55,6 +55,9 @@ def diagnose(path: str | Path, expect: DatasetExpectation | None = None) -> Doct
 def doctor_main(path: str, recipe_cfg=None) -> int:
     """CLI entry: print the report; 0 if no errors, else 1."""
     expect = DatasetExpectation.from_config(recipe_cfg) if recipe_cfg is not None else None
+    from wamkit.data.summary import dataset_summary
+
+    print("\n".join(dataset_summary(path)))
     report = diagnose(path, expect)
     print(report.format())
     return 0 if report.ok else 1

@@ -20,15 +20,17 @@ import torch
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.flops import generation_weights_train, sequence_flops
 from wamkit.model.packing import SequenceSample, pack_samples
-from wamkit.model.flops import sequence_flops
 
 
 @dataclass
 class StepLosses:
+    """Device tensors: a training step reads them back only when it logs (no host sync per micro-batch)."""
+
     total: torch.Tensor
-    video: float
-    action: float
+    video: torch.Tensor  # detached
+    action: torch.Tensor  # detached
 
 
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
@@ -53,6 +55,7 @@ class ModeObjective:
         self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
+        self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
         self.video_tokenizer = video_tokenizer
         self.text_tokenizer = text_tokenizer
         self.cfg = diffusion_cfg
@@ -127,7 +130,7 @@ class ModeObjective:
             seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
             sequence.append(seq)
             targets.append(target)
-        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence)  # for MFU / tokens/s
+        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence, self.weight_grads)  # MFU, tokens/s
         batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple)
         hold_layout(self.processor, batch)  # kept through backward: activation checkpointing recomputes the layers
         out = self.model(**batch.forward_kwargs)
@@ -195,7 +198,7 @@ class ModeObjective:
         video = self._mean(video_terms, counts, 1) if video_terms else self._head_anchor("proj_out")
         action = self._mean(action_terms, counts, 2) if action_terms else self._head_anchor("action_proj_out")
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
-        return StepLosses(total=total, video=video.item(), action=action.item())
+        return StepLosses(total=total, video=video.detach(), action=action.detach())
 
     @staticmethod
     def _mean(terms: list[torch.Tensor], counts: tuple[int, int, int] | None, which: int) -> torch.Tensor:

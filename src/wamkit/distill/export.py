@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from wamkit.errors import CheckpointError
-from wamkit.policy.loading import resolve_checkpoint
+from wamkit.policy.loading import resolve_checkpoint, write_file_manifest
 from wamkit.train import checkpoint as ckpt
 
 STUDENT_MANIFEST = "student.json"
@@ -34,4 +34,5 @@ def export_student(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
         "excluded": ["critic", "critic_optimizer", "optimizer", "teacher/reference (frozen, never saved)"],
     }
     (Path(out) / STUDENT_MANIFEST).write_text(json.dumps(student, indent=2))
+    write_file_manifest(Path(out))  # again, now listing student.json too
     return Path(out)

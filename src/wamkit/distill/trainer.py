@@ -59,7 +59,9 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
-from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
+from wamkit.train.recovery import resume_point
+from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_dims, parallelize, run_mesh
+from wamkit.train.base_identity import require_full_weights
 from wamkit.config.schedule import build_schedule
 from wamkit.model.materialize import materialize
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
@@ -76,13 +78,14 @@ def frozen_source(dcfg, what: str) -> Path:
     where = Path(resolved(dcfg, f"{what}_path")).expanduser()
     if not (where / ckpt.COMPLETE_MARKER).is_file():
         raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
+    require_full_weights(where, ckpt.read_marker(where), what)
     return where
 
 
-def load_model_weights(model, where: Path) -> None:
+def load_model_weights(model, where: Path, verify: str = "hash") -> None:
     """An iteration directory's regular weights ("model") into `model`, plain or sharded (DCP reads
-    only each rank's shards)."""
-    ckpt.load_checkpoint(where, {"model": model.state_dict()})
+    only each rank's shards), its files checked first (checkpoint.verify)."""
+    ckpt.load_checkpoint(where, {"model": model.state_dict()}, verify)
 
 
 class DistillTrainer:
@@ -113,11 +116,11 @@ class DistillTrainer:
         if parallel_dims(cfg, self.ctx.world_size).cp > 1:
             raise ConfigError("parallel.context_parallel_degree", f"is {cfg.parallel.context_parallel_degree}; the distillation "
                               "stages (2, 3) have no context-parallel path yet", "set it to 1 for `wamkit distill`")
-        self.mesh = build_mesh(parallel_dims(cfg, self.ctx.world_size), self.device) if self.ctx.distributed else None
+        self.mesh = run_mesh(self.ctx, parallel_dims(cfg, self.ctx.world_size))
         # On a GPU every model is built on the meta device and materialised shard by shard there, its
         # weights read into the shards (wamkit.model.materialize): no host copy of any of them.
         self.on_meta = builds_on_meta(cfg, self.device)
-        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
+        self.latest = resume_point(self.checkpoints_dir, cfg.checkpoint, self.ctx)  # verified (wamkit.train.recovery)
         if self.latest is None and not cfg.checkpoint.load_path:
             raise ConfigError("checkpoint.load_path", "is empty for a distillation stage", "point it at the previous stage's completed iteration dir (the student's initial weights)")
         self.chunk_frames = cfg.diffusion.causal_chunk_frames
@@ -155,7 +158,7 @@ class DistillTrainer:
     def _from(self, dcfg, what: str):
         """The loader of a frozen or critic model's weights (checked before anything is built)."""
         where = frozen_source(dcfg, what)
-        return lambda model: load_model_weights(model, where)
+        return lambda model: load_model_weights(model, where, self.cfg.checkpoint.verify)
 
     def _load_student(self, model) -> None:
         """A fresh run's eagerly built student starts from checkpoint.load_path; a resume loads its own
@@ -220,7 +223,7 @@ class DistillTrainer:
             return f"fresh {self.dcfg.method} run; student from {self.cfg.checkpoint.load_path}"
         self._check_same_recipe()
         state = self.state()
-        ckpt.load_checkpoint(self.latest, state)
+        ckpt.load_checkpoint(self.latest, state, verify=None)  # verified by resume_point
         set_optimizer_state_dict(self.student, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.ema.load_state_dict(state["ema"])
@@ -250,7 +253,7 @@ class DistillTrainer:
         metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size, "distill": distill_to_dict(self.dcfg),
                     "student_sigmas": self.student_sigmas, "student_updates": self.student_updates,
                     "critic_updates": self.critic_updates}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
@@ -391,8 +394,8 @@ class DistillTrainer:
 
     # ---- loop --------------------------------------------------------------------------------
     def _apply(self, model, optimizer, scheduler) -> float:
-        """One optimizer step on the gradients the step's backward left (outside compute_precision:
-        the fp32 masters, not their compute copies)."""
+        """One optimizer step on the gradients the step's backward left (FSDP2 reduced them into the
+        fp32 master shards)."""
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -416,14 +419,13 @@ class DistillTrainer:
         model, optimizer, scheduler = ((self.student, self.optimizer, self.scheduler) if role == "student"
                                        else (self.critic, self.critic_optimizer, self.critic_scheduler))
         optimizer.zero_grad(set_to_none=True)
-        with compute_precision(self.cfg, self.mesh, list(self.models.values())):
-            if self.dcfg.method == "tf_dcm":
-                loss = self.dcm_loss(samples, latents, gens)
-            elif role == "student":
-                loss = self.dmd_loss(samples, latents, gens)
-            else:
-                loss = self.critic_loss(samples, latents, gens)
-            loss.backward()
+        if self.dcfg.method == "tf_dcm":
+            loss = self.dcm_loss(samples, latents, gens)
+        elif role == "student":
+            loss = self.dmd_loss(samples, latents, gens)
+        else:
+            loss = self.critic_loss(samples, latents, gens)
+        loss.backward()
         value = all_reduce_mean(loss.item(), self.ctx)
         if not math.isfinite(value):
             raise FloatingPointError(f"{role} loss is {value} at step {self.step}")

@@ -220,7 +220,8 @@ def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], 
             r = results[-1]
             if kwargs.get("verbose"):
                 print(f"[wamkit eval] delay {delay} {mode}: success {r.successes}/{r.episodes}, seam jerk "
-                      f"{_fmt(r.seam_jerk)} over {r.seams} seams, step jerk {_fmt(r.step_jerk)}", flush=True)
+                      f"{_fmt(r.seam_jerk)} over {r.seams} seams, step jerk {_fmt(r.step_jerk)} (mean squared action change, "
+                      "raw action units squared)", flush=True)
     write_realtime_table(results, out_dir)
     return results
 

@@ -3,6 +3,7 @@
     <out_dir>/transformer/      Cosmos3OmniTransformer.save_pretrained (from_pretrained loads it)
     <out_dir>/text_tokenizer/   the run's resolved text tokenizer (none for the byte tokenizer)
     <out_dir>/wamkit.json       data contract + what is needed to rebuild tokenizers and sampling
+    <out_dir>/wamkit_manifest.json  every file's size and hash, checked by every load (wamkit.train.manifest)
 
 The directory is written under a temporary sibling, reloaded and checked against the in-memory
 model on a fixed packed input, and only then renamed into place; an existing non-empty out_dir is
@@ -22,7 +23,8 @@ from wamkit.model.text_tokenizer import save_text_tokenizer
 from wamkit.model.attention import packed_layout
 from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.packing import SequenceSample, pack_samples
-from wamkit.policy.loading import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export
+from wamkit.policy.loading import (EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export,
+                                   write_file_manifest)
 
 
 class ExportError(WamkitError):
@@ -44,18 +46,7 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        loaded.model.save_pretrained(str(tmp / "transformer"))
-        save_text_tokenizer(loaded.text_tokenizer, tmp)
-        manifest = {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "data_contract": loaded.contract,
-            "model": loaded.model_info,
-            "diffusion": loaded.diffusion,
-            "source": loaded.source,
-            "experiment_config": loaded.experiment_config,
-        }
-        (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        write_export(loaded, tmp)
         reloaded = load_from_export(tmp, device=device)
         verify_same_tokens(loaded.text_tokenizer, reloaded.text_tokenizer, loaded.contract["prompt_template"])
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
@@ -68,6 +59,24 @@ def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def write_export(loaded, directory: Path) -> None:
+    """The export's files, into an existing empty `directory`: the transformer in the dtype it is held
+    in (a run's checkpoint loads in float32), the text tokenizer, wamkit.json."""
+    loaded.model.save_pretrained(str(directory / "transformer"))
+    save_text_tokenizer(loaded.text_tokenizer, directory)
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "data_contract": loaded.contract,
+        "model": loaded.model_info,
+        "diffusion": loaded.diffusion,
+        "source": loaded.source,
+        "experiment_config": loaded.experiment_config,
+    }
+    (directory / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+    write_file_manifest(directory)  # sizes and hashes of every file, checked at every load (wamkit.train.manifest)
 
 
 def _refuse_existing(out_dir: Path) -> None:

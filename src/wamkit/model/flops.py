@@ -1,7 +1,8 @@
 """FLOPs a training step must do, and the rate they are measured against (MFU).
 
 Counted per sample from its token counts: the generation pathway runs forward and backward with
-weight gradients (3x its forward), the frozen text pathway forward plus activation gradients (2x);
+weight gradients (3x its forward; 2x when its weights are frozen, as under LoRA, whose adapters'
+own work is negligible), the frozen text pathway forward plus activation gradients (2x);
 attention counts only the pairs the packed mask allows (a sample's generation tokens see its text and
 its own generation tokens, text is causal). Filler text added for compiled shapes is not counted:
 MFU measures useful work. The rate is a bf16 matmul measured on the device once per process, the
@@ -15,12 +16,12 @@ import time
 import torch
 
 
-def sample_flops(config, n_text: int, n_gen: int) -> float:
+def sample_flops(config, n_text: int, n_gen: int, generation_weight_grads: bool = True) -> float:
     """Forward+backward FLOPs of one sample with `n_text` text and `n_gen` generation tokens."""
     h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads, kv, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     per_token = 2 * (h * heads * d * 2 + h * kv * d * 2 + 3 * h * inter)  # q,o + k,v + MLP, forward
-    linear = layers * per_token * (3 * n_gen + 2 * n_text)
+    linear = layers * per_token * ((3 if generation_weight_grads else 2) * n_gen + 2 * n_text)
     attn_fwd = 4 * heads * d * (n_gen * (n_text + n_gen) + n_text * (n_text + 1) / 2)
     return linear + 3 * layers * attn_fwd
 
@@ -32,10 +33,15 @@ def sequence_tokens(sample, patch: int) -> tuple[int, int]:
     return len(sample.text_ids), t * -(-h // patch) * -(-w // patch) + actions
 
 
-def sequence_flops(config, samples) -> tuple[float, int]:
+def sequence_flops(config, samples, generation_weight_grads: bool = True) -> tuple[float, int]:
     """(FLOPs, useful tokens) of one forward+backward over packed SequenceSamples."""
     counts = [sequence_tokens(s, config.latent_patch_size) for s in samples]
-    return sum(sample_flops(config, t, g) for t, g in counts), sum(t + g for t, g in counts)
+    return sum(sample_flops(config, t, g, generation_weight_grads) for t, g in counts), sum(t + g for t, g in counts)
+
+
+def generation_weights_train(model) -> bool:
+    """Whether the generation pathway's MLP weights get gradients (not under LoRA, where they are frozen)."""
+    return any(p.requires_grad for name, p in model.named_parameters() if "mlp_moe_gen" in name)
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokeniz
 from wamkit.model.tokenizer import build_video_tokenizer
 from wamkit.storage import is_remote, location
 from wamkit.train import checkpoint as ckpt
+from wamkit.train import manifest as files
+from wamkit.train.base_identity import BASE_KEY, base_identity, check_same_base, trainable_state
 
 EXPORT_MANIFEST = "wamkit.json"
 EXPORT_FORMAT = "wamkit-export"
@@ -105,22 +108,27 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     if not config_file.is_file():
         raise CheckpointError(str(config_file), "is missing next to the checkpoint", "pass a checkpoint inside its run directory (runs/<name>/checkpoints/iter_<N>)")
     cfg = config_from_dict(json.loads(config_file.read_text()))
-    marker = json.loads((iteration / ckpt.COMPLETE_MARKER).read_text())
+    ckpt.verify_checkpoint(iteration, cfg.checkpoint.verify)  # before its marker or .metadata is read
+    marker = ckpt.read_marker(iteration)
     contract = marker.get("data_contract")
     if contract is None:
         raise CheckpointError(str(iteration / ckpt.COMPLETE_MARKER), "has no data_contract", "re-save the checkpoint with this wamkit version")
     _check_contract(contract, str(iteration / ckpt.COMPLETE_MARKER))
     video_tokenizer, text_tokenizer = build_tokenizers(cfg)
-    model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+    saved_base = marker.get(BASE_KEY)
+    if saved_base is not None:  # a LoRA run's checkpoint holds only what trained: its base first
+        model = lora_model_on_base(cfg, video_tokenizer.latent_channels, saved_base, iteration)
+    else:
+        model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
+        if cfg.lora.enabled:  # an older LoRA checkpoint with every weight: load into the same structure
+            apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
     check_vocab(model, text_tokenizer)
-    if cfg.lora.enabled:  # the checkpoint holds adapter weights: load into the same structure
-        apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
-    state: dict = {"model": model.state_dict()}
+    state: dict = {"model": trainable_state(model) if saved_base is not None else model.state_dict()}
     if use_ema:
         if not _has_ema(iteration):
             raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
         state["ema"] = {n: torch.empty_like(p, dtype=torch.float32) for n, p in model.named_parameters() if p.requires_grad}
-    ckpt.load_checkpoint(iteration, state)
+    ckpt.load_checkpoint(iteration, state, verify=None)  # verified above
     if use_ema:
         with torch.no_grad():
             params = dict(model.named_parameters())
@@ -140,6 +148,25 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     )
 
 
+def lora_model_on_base(cfg, channels: int, saved_base: dict, iteration: Path) -> torch.nn.Module:
+    """A LoRA run's model on the host with its frozen weights rebuilt as the run built them (the base
+    it names, or its seed's keyed random values) and checked against the recorded checksum; the
+    trainable tensors are then loaded from the checkpoint."""
+    from wamkit.train.setup import build_model, materialize_run_model
+
+    cfg = copy.deepcopy(cfg)
+    cfg.checkpoint.load_path, cfg.job.seed = saved_base["load_path"], saved_base["seed"]
+    if cfg.checkpoint.load_path and not Path(cfg.checkpoint.load_path).exists():
+        raise CheckpointError(str(iteration), f"names its base weights {cfg.checkpoint.load_path}, which do not exist (a LoRA "
+                              "checkpoint holds only the adapters and the trained action pathway)",
+                              "put the base weights back at that path (or a link to them), then load again")
+    model = build_model(cfg, channels, meta=True)
+    apply_lora(model, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
+    materialize_run_model(model, cfg, torch.device("cpu"), load_base=True)
+    check_same_base(saved_base, base_identity(cfg, model), iteration)
+    return model
+
+
 def read_manifest(directory: str | Path) -> dict:
     directory = Path(directory).expanduser()
     manifest = directory / EXPORT_MANIFEST
@@ -156,8 +183,10 @@ def read_manifest(directory: str | Path) -> dict:
 
 
 def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | None = None):
-    """Cosmos3OmniTransformer from a save_pretrained directory. diffusers' from_pretrained needs the
-    `accelerate` package for this class (it keeps time_embedder in fp32); without it, build from
+    """Cosmos3OmniTransformer from a save_pretrained directory, in the dtype its weights were written
+    in (stored_dtype): a bf16 export serves in bf16, every module included, as training's bf16
+    computes. (diffusers' from_pretrained alone upcasts to fp32: twice the memory, fp32 matmuls.)
+    from_pretrained needs the `accelerate` package for this class; without it, build from
     config.json and load the safetensors strictly (same weights, same outputs)."""
     import importlib.util
 
@@ -165,10 +194,11 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     from safetensors.torch import load_file
 
     transformer_dir = Path(transformer_dir)
+    dtype = stored_dtype(transformer_dir)
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:
-        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir))
+        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype).to(dtype)
     model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
     files = sorted(transformer_dir.glob("*.safetensors"))
     if not files:
@@ -180,19 +210,68 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(str(transformer_dir), f"weights do not match config.json: {exc}", "re-export the run") from exc
-    return model
+    return model.to(dtype)
+
+
+SAFETENSORS_FLOATS = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def stored_dtype(transformer_dir: str | Path) -> torch.dtype:
+    """The floating dtype of an export's weights, read from the safetensors headers (no tensor is
+    loaded): the narrowest one present, float32 when all are."""
+    from safetensors import safe_open
+
+    found = set()
+    for file in sorted(Path(transformer_dir).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            found.update(f.get_slice(key).get_dtype() for key in f.keys())
+    for name in ("BF16", "F16"):
+        if name in found:
+            return SAFETENSORS_FLOATS[name]
+    return torch.float32
+
+
+EXPORT_DAMAGE_FIX = "re-export the run (wamkit export RUN OUT_DIR), or restore the damaged files from a copy of the export"
+
+
+def write_file_manifest(directory: Path) -> None:
+    """Record every file of an export (sizes and hashes, wamkit.train.manifest); call after the last file."""
+    files.write_manifest(directory, files.file_entries(directory, files.list_files(directory), hashes=True), hashes=True)
+
+
+def verify_export(directory: Path) -> None:
+    """Check an export's files against its file manifest (at the level its run's checkpoint.verify
+    names, hashes by default); an export written before manifests loads with a one-line note."""
+    damage = files.damage_of(directory, _export_verify_level(directory), collective=False)
+    if damage is None:
+        print(files.unverified_note(directory), flush=True)
+    elif damage:
+        raise CheckpointError(str(directory), files.damage_report(directory, damage), EXPORT_DAMAGE_FIX)
+
+
+def _export_verify_level(directory: Path) -> str:
+    try:
+        level = json.loads((directory / EXPORT_MANIFEST).read_text())["experiment_config"]["checkpoint"]["verify"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "hash"
+    return level if level in files.VERIFY_LEVELS else "hash"
 
 
 def load_from_export(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     directory = Path(directory).expanduser()
+    verify_export(directory)
     data = read_manifest(directory)
     info = data["model"]
-    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]), device=device)
     text_tokenizer = text_tokenizer_from_export(directory, info)
     transformer_dir = directory / "transformer"
     if not (transformer_dir / "config.json").is_file():
         raise CheckpointError(str(transformer_dir), "has no config.json", "re-export the run")
     model = load_transformer(transformer_dir)
+    # On GPUs the VAE encodes in the export's dtype, as training's build_tokenizers encodes in its compute dtype.
+    dtype = next(model.parameters()).dtype
+    vae_dtype = dtype if torch.device(device).type == "cuda" and dtype != torch.float32 else None
+    video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]),
+                                            device=device, dtype=vae_dtype)
     if text_tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(str(directory), "text tokenizer is larger than the model's vocabulary", "re-export the run")
     model = model.to(device).eval().requires_grad_(False)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import difflib
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +30,8 @@ import torch
 
 from wamkit.errors import WamkitError
 from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError, load_policy
+from wamkit.serve.activity import RequestLog, startup_summary
+from wamkit.serve.camera_size import contract_sizes, fit_camera_sizes
 from wamkit.serve.protocol import ProtocolError, error_text, packb, unpackb
 
 log = logging.getLogger("wamkit.serve")
@@ -54,7 +58,8 @@ def _one_of(request: Mapping, names: tuple[str, ...]):
     return (present[0], request[present[0]]) if present else (names[0], None)
 
 
-def observation_from_request(request: Any, camera_keys: list[str], use_state: bool = True) -> tuple[dict, int | None]:
+def observation_from_request(request: Any, camera_keys: list[str], use_state: bool = True,
+                             camera_sizes: list[tuple[int, int]] | None = None, resize: bool = False) -> tuple[dict, int | None]:
     """A request dict -> (Policy observation {'image', 'state', 'prompt'}, seed or None).
 
     Images: `images` = {camera_key: uint8 [H, W, 3]} (contract keys, or their last dotted part,
@@ -62,13 +67,16 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     or [V, H, W, 3] in contract camera order. State: `state` / `observation/state`. Prompt: `prompt`.
     Optional `seed` (int) overrides the server's seed for this request. Optional real-time chunking
     keys (`committed_actions`, `inference_delay`, `execution_horizon`) pass through to the policy,
-    which validates them; clients that do not send them get plain chunks."""
+    which validates them; clients that do not send them get plain chunks. With `camera_sizes` (the
+    training sizes), a view of another size is refused, or resized when `resize` (serve.camera_size)."""
     if not isinstance(request, Mapping):
         raise ProtocolError("request", f"must be a dict (msgpack map), got {type(request).__name__}",
                             f"send a dict with keys from {list(REQUEST_KEYS)}")
     unknown = [k for k in request if k not in REQUEST_KEYS]
     if unknown:
-        raise ProtocolError(f"request[{unknown[0]!r}]", "is not a request key", f"use keys from {list(REQUEST_KEYS)}")
+        close = difflib.get_close_matches(str(unknown[0]), REQUEST_KEYS, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ProtocolError(f"request[{unknown[0]!r}]", "is not a request key", f"{hint}use keys from {list(REQUEST_KEYS)}")
     image_key, image = _one_of(request, IMAGE_KEYS)
     if "images" in request:
         if image is not None:
@@ -77,6 +85,8 @@ def observation_from_request(request: Any, camera_keys: list[str], use_state: bo
     elif image is None:
         raise ProtocolError("request['image']", "is missing",
                             f"send `images` = {{camera: uint8 [H, W, 3]}} for cameras {camera_keys} or `observation/image`")
+    where = "request['images']" if "images" in request else f"request[{image_key!r}]"
+    image = fit_camera_sizes(image, where, camera_keys, camera_sizes, resize)
     state_key, state = _one_of(request, STATE_KEYS)
     if use_state:
         if state is None:
@@ -188,6 +198,8 @@ class ServeConfig:
     max_requests: int | None = None  # stop after this many requests (tests, benchmarks)
     warmup: bool | None = None  # run every batch size once before /healthz says ok; None: on when serving on CUDA
     warmup_size: tuple[int, int] | None = None  # camera frame size for the warm-up; None: the data contract's
+    resize_images: bool = False  # views of another size than the training cameras': refused (False) or resized
+    stats_every_s: float = 60.0  # a line of request counts and latency percentiles this often (0: never)
 
 
 class PolicyServer:
@@ -203,6 +215,9 @@ class PolicyServer:
         self.num_steps = int(self.config.num_steps or policy.num_steps)
         self.predict_batch: Callable[..., list] = predict_batch  # replaceable (tests count calls)
         self.stats = {"requests": 0, "errors": 0, "batches": 0, "max_batch_size": 0}
+        self.activity = RequestLog()
+        self.camera_sizes = contract_sizes(policy.contract, policy.camera_keys)
+        self.stop_reason = "stopped"
         self.port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -224,6 +239,10 @@ class PolicyServer:
         self._queue = asyncio.Queue()
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="wamkit-infer")
         batcher = asyncio.create_task(self._batch_loop(executor))
+        reporter = asyncio.create_task(self._report_loop())
+        self._stop_on_signals()
+        for line in startup_summary(self.policy, self.num_steps, self.camera_sizes, self.config.resize_images):
+            log.info(line)
         try:
             async with serve(self._handle, self.config.host, self.config.port, process_request=self._process_request,
                              max_size=HARD_LIMIT_FACTOR * self.config.max_request_bytes, compression=None) as server:
@@ -235,8 +254,31 @@ class PolicyServer:
                 await self._stop.wait()
         finally:
             batcher.cancel()
+            reporter.cancel()
             executor.shutdown(wait=True)
             self._ready.set()
+            log.info(self.activity.final(self.stop_reason))
+
+    def _stop_on_signals(self) -> None:
+        """SIGTERM (an orchestrator's stop) and Ctrl-C end `serve()` cleanly, with a last line; only the
+        main thread may install handlers (a server in a thread is stopped with `stop()`)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._stop_for, signal.Signals(sig).name)
+
+    def _stop_for(self, reason: str) -> None:
+        self.stop_reason = reason
+        self._stop.set()
+
+    async def _report_loop(self) -> None:
+        if self.config.stats_every_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(self.config.stats_every_s)
+            line = self.activity.report()
+            if line:
+                log.info(line)
 
     def _warmup_sizes(self) -> list[tuple[int, int]] | None:
         """Camera sizes to warm up with, or None for no warm-up (off, or sizes unknown on auto)."""
@@ -269,7 +311,7 @@ class PolicyServer:
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self._loop.call_soon_threadsafe(self._stop_for, "stop() called")
 
     def start_in_thread(self, timeout: float = 30.0) -> "PolicyServer":
         def run():
@@ -295,6 +337,8 @@ class PolicyServer:
             if not self.warmed_up.is_set():
                 return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "warming up\n")
             return connection.respond(HTTPStatus.OK, "ok\n")
+        if request.path == "/stats":
+            return connection.respond(HTTPStatus.OK, stats_json(self))
         return None
 
     async def _handle(self, websocket) -> None:
@@ -304,16 +348,16 @@ class PolicyServer:
             await websocket.send(self._metadata)
             async for message in websocket:
                 received = time.perf_counter()
-                reply = await self._answer(message, received)
+                reply = await self._answer(message, received, websocket.remote_address)
                 await websocket.send(reply)
                 self.stats["requests"] += 1
                 if self.config.max_requests is not None and self.stats["requests"] >= self.config.max_requests:
-                    self._stop.set()
+                    self._stop_for(f"max_requests={self.config.max_requests} reached")
                     break
         except ConnectionClosed:
             pass
 
-    async def _answer(self, message, received: float) -> bytes | str:
+    async def _answer(self, message, received: float, peer=None) -> bytes | str:
         try:
             if isinstance(message, str):
                 raise ProtocolError("request", "is a text message", "send msgpack bytes (openpi_client.msgpack_numpy.packb)")
@@ -321,7 +365,8 @@ class PolicyServer:
                 raise ProtocolError("request", f"is {len(message)} bytes, over the server's limit of "
                                     f"{self.config.max_request_bytes} bytes (--max-request-bytes)",
                                     "send smaller images (the training resolution) or raise --max-request-bytes")
-            obs, seed = observation_from_request(unpackb(message), self.policy.camera_keys, self.policy.use_state)
+            obs, seed = observation_from_request(unpackb(message), self.policy.camera_keys, self.policy.use_state,
+                                                 self.camera_sizes, self.config.resize_images)
             future = self._loop.create_future()
             await self._queue.put(_Pending(obs, self.config.seed if seed is None else seed, future, received))
             result, infer_ms, batch_size = await future
@@ -329,8 +374,13 @@ class PolicyServer:
                 raise result
         except Exception as exc:
             self.stats["errors"] += 1
-            return error_text(exc)
+            self.activity.failed()
+            text = error_text(exc)
+            client = f" from {peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
+            log.warning("wamkit serve: request%s refused: %s", client, text.removeprefix("wamkit serve error: ").replace("\n  ", " | "))
+            return text
         total_ms = (time.perf_counter() - received) * 1e3
+        self.activity.answered(total_ms)
         return packb({"action": result, "server_timing": {"infer_ms": infer_ms, "total_ms": total_ms, "batch_size": batch_size}})
 
     async def _batch_loop(self, executor) -> None:
@@ -367,15 +417,38 @@ class PolicyServer:
 
 def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
                batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               device: str = "cpu", warmup: bool | None = None, warmup_size: tuple[int, int] | None = None) -> int:
+               device: str = "cpu", warmup: bool | None = None, warmup_size: tuple[int, int] | None = None,
+               resize_images: bool = False, stats_every_s: float = 60.0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection / health check
     policy = load_policy(path, device=device, num_steps=num_steps)
     server = PolicyServer(policy, ServeConfig(host=host, port=port, batch_window_ms=batch_window_ms, max_batch=max_batch,
                                               max_request_bytes=max_request_bytes, num_steps=num_steps, seed=seed,
-                                              warmup=warmup, warmup_size=warmup_size))
-    try:
-        asyncio.run(server.serve())
-    except KeyboardInterrupt:
-        pass
+                                              warmup=warmup, warmup_size=warmup_size, resize_images=resize_images,
+                                              stats_every_s=stats_every_s))
+    asyncio.run(server.serve())  # SIGTERM / Ctrl-C end it cleanly (PolicyServer._stop_on_signals)
     return 0
+
+
+def server_stats(server: PolicyServer) -> dict:
+    """What `GET /stats` answers (JSON): the request counters, whether warm-up is done, the weights'
+    dtype, and this process's memory: the CUDA allocator's bytes on the model's GPU and host RSS.
+    benchmarks/serve_export.py reads it each minute of a soak to judge memory flatness."""
+    param = next(server.policy.model.parameters())
+    stats: dict = {**server.stats, "ready": server.warmed_up.is_set(), "dtype": str(param.dtype).removeprefix("torch.")}
+    if param.is_cuda:
+        stats.update(cuda_allocated_bytes=torch.cuda.memory_allocated(param.device),
+                     cuda_reserved_bytes=torch.cuda.memory_reserved(param.device),
+                     cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(param.device))
+    try:
+        with open("/proc/self/status") as f:
+            stats["rss_bytes"] = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        pass
+    return stats
+
+
+def stats_json(server: PolicyServer) -> str:
+    import json  # here, not at the top: keeps this addition in one place of the file
+
+    return json.dumps(server_stats(server)) + "\n"

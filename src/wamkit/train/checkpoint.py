@@ -8,7 +8,12 @@ written, the save checks that the filesystem can hold it (wamkit.train.disk) and
 In an object store (s3://, gs://: wamkit.storage) there is no rename: every rank writes its shards
 straight into iter_<N>/ through DCP's fsspec writer, rank 0 then puts the completion marker, and
 `latest` last (a single-object PUT, which readers see whole or not at all). An iter_<N>/ without a
-marker is an interrupted save: never named by `latest`, and removed at the next start."""
+marker is an interrupted save: never named by `latest`, and removed at the next start (unless it got
+as far as its manifest: what recorded its files is never deleted).
+
+Before the marker, every save writes a manifest of its files (wamkit.train.manifest: each rank hashes
+its own shards), and every load checks the files against it. A completed iteration directory is never
+deleted to make room for a new save of the same step: it is set aside as replaced_iter_<N>."""
 
 from __future__ import annotations
 
@@ -17,11 +22,12 @@ import os
 import shutil
 from pathlib import Path
 
-import torch.distributed.checkpoint as dcp
+from wamkit.train import dcp_quiet as dcp  # DCP without its one-process warning
 
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.storage import is_remote, location, remove_tree
+from wamkit.storage import is_remote, location, move_tree, remove_tree
 from wamkit.train import disk
+from wamkit.train import manifest
 from wamkit.train.faults import KILL_DURING_SAVE, KILL_RANK_DURING_SAVE, maybe_kill
 
 LATEST = "latest"
@@ -32,12 +38,14 @@ def iteration_dir(checkpoints_dir: Path, step: int) -> Path:
     return checkpoints_dir / f"iter_{step:09d}"
 
 
-def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None, ctx=None) -> Path:
+def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dict | None = None, ctx=None,
+                    verify: str = "hash") -> Path:
     """Every rank writes its shards (DCP); rank 0 alone creates, completes and publishes the
     directory. `ctx` is the DistContext of a torchrun job, None for one process. Raises
-    CheckpointError on every rank, before writing anything, when the disk cannot hold the save."""
+    CheckpointError on every rank, before writing anything, when the disk cannot hold the save.
+    `verify` (checkpoint.verify): "size" records no hashes in the manifest."""
     if is_remote(checkpoints_dir):
-        return _save_to_object_store(checkpoints_dir, step, state, metadata, ctx)
+        return _save_to_object_store(checkpoints_dir, step, state, metadata, ctx, verify)
     main = ctx is None or ctx.is_main
     final = iteration_dir(checkpoints_dir, step)
     tmp = checkpoints_dir / f".tmp_{final.name}"
@@ -49,12 +57,12 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
     _barrier(ctx)
     dcp.save(state, checkpoint_id=str(tmp))
     _barrier(ctx)
+    entries = _shard_entries(tmp, ctx, verify)
     if main:
-        (tmp / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
+        _complete(tmp, step, metadata, entries, verify)
         _fsync_dir(tmp)
         maybe_kill(KILL_DURING_SAVE, step)
-        if final.exists():  # re-saving the same step (e.g. after a crash right before `latest` moved)
-            shutil.rmtree(final)
+        _clear_for_save(final, checkpoints_dir)  # re-saving a step: after a crash before `latest` moved, or past damage
         os.rename(tmp, final)
         _fsync_dir(checkpoints_dir)
         _write_latest(checkpoints_dir, final.name)
@@ -62,21 +70,66 @@ def save_checkpoint(checkpoints_dir: Path, step: int, state: dict, metadata: dic
     return final
 
 
-def _save_to_object_store(checkpoints_dir, step: int, state: dict, metadata: dict | None, ctx):
-    """The object-store save: shards in place, then the marker, then `latest` (module docstring)."""
+def _save_to_object_store(checkpoints_dir, step: int, state: dict, metadata: dict | None, ctx, verify: str):
+    """The object-store save: shards in place, then the manifest, the marker, and `latest` last
+    (module docstring)."""
     main = ctx is None or ctx.is_main
     final = iteration_dir(checkpoints_dir, step)
     if main:  # an interrupted save of this step (never named by `latest`) must not mix into this one
-        remove_tree(final)
+        _clear_for_save(final, checkpoints_dir)
     _barrier(ctx)
     dcp.save(state, storage_writer=_writer(str(final), 0 if ctx is None else ctx.rank, step))
     _barrier(ctx)
+    entries = _shard_entries(final, ctx, verify)
     if main:
-        (final / COMPLETE_MARKER).write_text(json.dumps({"step": step, **(metadata or {})}, indent=2))
+        _complete(final, step, metadata, entries, verify)
         maybe_kill(KILL_DURING_SAVE, step)
         (checkpoints_dir / LATEST).write_text(final.name + "\n")
     _barrier(ctx)
     return final
+
+
+def _shard_entries(directory, ctx, verify: str) -> dict:
+    """Manifest entries of every file DCP wrote: each rank sizes and hashes its own `__<rank>_*`
+    shards (still in its page cache), rank 0 the rest (.metadata); every rank gets all entries."""
+    rank, world = (0, 1) if ctx is None else (ctx.rank, ctx.world_size)
+    names = manifest.list_files(directory)
+    mine = [n for n in names if _shard_rank(n, world) == rank]
+    return dict(manifest.gather(list(manifest.file_entries(directory, mine, verify == "hash").items())))
+
+
+def _shard_rank(name: str, world: int) -> int:
+    """The rank that wrote `name` (DCP names shards __<rank>_<i>.distcp); 0 for every other file."""
+    head, _, _ = name.removeprefix("__").partition("_")
+    return int(head) if name.startswith("__") and head.isdigit() and int(head) < world else 0
+
+
+def _complete(directory, step: int, metadata: dict | None, entries: dict, verify: str) -> None:
+    """Manifest (listing the marker too, whose bytes are known before it is written), then marker."""
+    marker = json.dumps({"step": step, **(metadata or {}), "manifest": manifest.MANIFEST}, indent=2).encode()
+    manifest.write_manifest(directory, {**entries, COMPLETE_MARKER: manifest.bytes_entry(marker, verify == "hash")}, verify == "hash")
+    (directory / COMPLETE_MARKER).write_bytes(marker)
+
+
+def _clear_for_save(final, checkpoints_dir) -> None:
+    """Make room for a new save of `final`'s step. An interrupted save's leftovers (no marker, no
+    manifest, not named by `latest`) are removed; anything else is a completed checkpoint, damaged
+    or intact, and is moved aside to replaced_iter_<N> instead."""
+    if not final.exists():
+        return
+    if not ((final / COMPLETE_MARKER).exists() or (final / manifest.MANIFEST).exists() or latest_name(checkpoints_dir) == final.name):
+        remove_tree(final)
+        return
+    aside, n = checkpoints_dir / f"replaced_{final.name}", 1
+    while aside.exists():
+        aside, n = checkpoints_dir / f"replaced_{final.name}_{n}", n + 1
+    move_tree(final, aside)
+    print(f"[wamkit] {final} existed from an earlier save; kept it as {aside.name} (delete it once you no longer need it)", flush=True)
+
+
+def latest_name(checkpoints_dir) -> str | None:
+    pointer = checkpoints_dir / LATEST
+    return pointer.read_text().strip() if pointer.exists() else None
 
 
 def _writer(url: str, rank: int, step: int):
@@ -183,13 +236,67 @@ def load_path_location(text: str):
     return path
 
 
+def read_marker(path: Path) -> dict:
+    """A completed iteration's completion marker: its step and the metadata the save recorded."""
+    try:
+        return json.loads((path / COMPLETE_MARKER).read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(str(path / COMPLETE_MARKER), f"is torn or altered (not JSON: {exc})",
+                              "restore the checkpoint from a copy, or use another iteration") from exc
+
+
 def checkpoint_step(path: Path) -> int:
-    return int(json.loads((path / COMPLETE_MARKER).read_text())["step"])
+    return int(read_marker(path)["step"])
 
 
-def load_checkpoint(path: Path, state: dict) -> None:
-    """Load in place into `state` (same structure as saved), resharded to this run's world size."""
-    check_complete(path)
+DAMAGE_FIX = "restore the damaged files from a copy of this checkpoint, or load another iteration (runs/<name>/checkpoints/iter_<N>)"
+
+
+def checkpoint_damage(path, verify: str = "hash", collective: bool = True) -> list | None:
+    """What is damaged in an iteration directory (wamkit.train.manifest.Damage; [] when intact), or
+    None for one written before manifests. `collective`: see wamkit.train.manifest.damage_of."""
+    damage = manifest.damage_of(path, verify, collective)
+    marker = path / COMPLETE_MARKER
+    if damage is None:
+        recorded = marker.exists() and _marker_field(marker, "manifest")
+        return [manifest.Damage(manifest.MANIFEST, "missing (the completion marker says one was written)")] if recorded else None
+    if not damage and path.name.startswith("iter_") and _marker_field(marker, "step") != step_of_name(path.name):
+        damage = [manifest.Damage(COMPLETE_MARKER, f"records step {_marker_field(marker, 'step')}: the files of another iteration")]
+    return damage
+
+
+def verify_checkpoint(path, verify: str = "hash", fix: str = DAMAGE_FIX) -> None:
+    """Raise one CheckpointError naming every damaged file of `path`; a directory written before
+    manifests is checked for completeness only, with a one-line note."""
+    damage = checkpoint_damage(path, verify)
+    if damage is None:
+        check_complete(path)
+        if manifest.rank_and_world()[0] == 0:
+            print(manifest.unverified_note(path), flush=True)
+    elif damage:
+        raise CheckpointError(str(path), manifest.damage_report(path, damage), fix)
+
+
+def _marker_field(marker, key: str):
+    try:
+        return json.loads(marker.read_text()).get(key)
+    except (ValueError, OSError, UnicodeDecodeError):
+        return None
+
+
+def step_of_name(name: str) -> int | None:
+    """N of an iter_<N> name; None for any other name."""
+    digits = name.removeprefix("iter_")
+    return int(digits) if name.startswith("iter_") and digits.isdigit() else None
+
+
+def load_checkpoint(path: Path, state: dict, verify: str | None = "hash") -> None:
+    """Load in place into `state` (same structure as saved), resharded to this run's world size,
+    after checking its files (checkpoint.verify; None: the caller has just verified them)."""
+    if verify is None:
+        check_complete(path)
+    else:
+        verify_checkpoint(path, verify)
     try:
         dcp.load(state, storage_reader=checkpoint_reader(path))
     except Exception as exc:  # DCP raises several types for missing / mismatched entries
@@ -200,14 +307,16 @@ def remove_stale_temporaries(checkpoints_dir: Path) -> None:
     """Half-written saves of a killed process are garbage: they were never named by `latest`. In an
     object store they are the iter_<N>/ prefixes without a completion marker."""
     if is_remote(checkpoints_dir):
-        stale = [p for p in _iterations(checkpoints_dir) if not (p / COMPLETE_MARKER).exists()]
+        latest = latest_name(checkpoints_dir)
+        stale = [p for p in iterations(checkpoints_dir) if p.name != latest
+                 and not (p / COMPLETE_MARKER).exists() and not (p / manifest.MANIFEST).exists()]
     else:
         stale = list(checkpoints_dir.glob(".tmp_iter_*")) if checkpoints_dir.is_dir() else []
     for tmp in stale:
         remove_tree(tmp)
 
 
-def _iterations(checkpoints_dir) -> list:
+def iterations(checkpoints_dir) -> list:
     """The iter_<N> directories (or prefixes), oldest first."""
     if not checkpoints_dir.exists():
         return []
@@ -215,7 +324,24 @@ def _iterations(checkpoints_dir) -> list:
 
 
 def prune_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
+    """Keep the newest `keep_last` checkpoints that pass the size check, up to the one `latest` names
+    (just saved). Damaged ones are never removed and never count, and newer ones (left by a run that
+    resumed from before them) neither count nor go, so the last intact checkpoint always stays."""
     if keep_last <= 0:
         return
-    for old in _iterations(checkpoints_dir)[:-keep_last]:
+    latest = step_of_name(latest_name(checkpoints_dir) or "")
+    if latest is None:
+        return
+    older = [p for p in iterations(checkpoints_dir) if (step_of_name(p.name) or 0) <= latest]
+    intact = [p for p in older if _passes_size_check(p)]
+    for old in intact[:-keep_last]:
         remove_tree(old)
+
+
+def _passes_size_check(path) -> bool:
+    """Complete and, where it has a manifest, every file of the recorded size (stat calls only)."""
+    try:
+        damage = checkpoint_damage(path, "size", collective=False) if (path / COMPLETE_MARKER).exists() else [COMPLETE_MARKER]
+    except CheckpointError:
+        return False
+    return not damage

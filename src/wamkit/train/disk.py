@@ -39,11 +39,12 @@ def required_bytes(nbytes: int) -> int:
     return nbytes + max(int(nbytes * HEADROOM_FRACTION), HEADROOM_MIN_BYTES)
 
 
-def estimated_checkpoint_bytes(total_params: int, trainable_params: int, ema: bool) -> int:
-    """A training checkpoint's tensors from parameter counts (the dry run): every parameter in fp32
-    (the master weights), AdamW's two fp32 moments per trainable parameter, the fp32 EMA of the
-    trainable ones."""
-    return 4 * total_params + 8 * trainable_params + (4 * trainable_params if ema else 0)
+def estimated_checkpoint_bytes(total_params: int, trainable_params: int, ema: bool, frozen_bytes: int = 4) -> int:
+    """A training checkpoint's tensors from parameter counts (the dry run): the fp32 master weights
+    of the trainable parameters, the frozen ones at `frozen_bytes` each (their stored dtype; 0 for a
+    LoRA run, whose checkpoints leave the base out: wamkit.train.base_identity), AdamW's two fp32
+    moments per trainable parameter, the fp32 EMA of the trainable ones."""
+    return 4 * trainable_params + frozen_bytes * (total_params - trainable_params) + 8 * trainable_params + (4 * trainable_params if ema else 0)
 
 
 def free_bytes(directory: Path) -> int:

@@ -3,7 +3,6 @@ Builds the model on the meta device, so even the Nano preset costs no memory."""
 
 from __future__ import annotations
 
-import math
 
 from wamkit.config import format_config
 from wamkit.data.canvas import CanvasTransform, effective_padding
@@ -11,9 +10,8 @@ from wamkit.bimanual.bundle import is_bundle, open_bundle
 from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
-from wamkit.model.tokenizer import TEMPORAL_FACTOR
 from wamkit.train.disk import estimated_checkpoint_bytes, format_bytes, number_of_saves, required_bytes
-from wamkit.train.parallel import DTYPES
+from wamkit.train.memory import token_counts
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 
 
@@ -40,10 +38,7 @@ def describe(cfg) -> str:
     lines.append("# batch")
     lines.append(f"samples per step per rank = {t.samples_per_step} x grad_accum {t.grad_accum_iter} (x world size under torchrun)")
     lines.append("global batch = " + ", ".join(f"{w} GPU{'s' if w > 1 else ''}: {t.samples_per_step * t.grad_accum_iter * w}" for w in (1, 8, 64)))
-    lines.append("# memory per GPU (estimate, GiB; FSDP2 full shard, fp32 master + AdamW + EMA)")
-    for world in (1, 2, 8):
-        est = memory_estimate(params, model.config, cfg, world, tokens * t.samples_per_step if tokens else 0)
-        lines.append(f"{world} GPU{'s' if world > 1 else ''}: " + "  ".join(f"{k} {v:.2f}" for k, v in est.items()))
+    lines.extend(memory_lines(cfg, model, tokens))
     lines.extend(checkpoint_lines(params, cfg))
     return "\n".join(lines)
 
@@ -51,12 +46,20 @@ def describe(cfg) -> str:
 def checkpoint_lines(params: dict, cfg) -> list[str]:
     """Disk per save and what checkpoint.keep_last holds on to, so a run is sized against its disk
     before it starts (each save also checks the free space itself: wamkit.train.disk)."""
-    size = estimated_checkpoint_bytes(params["total"], params["trainable"], cfg.ema.enabled)
+    from wamkit.train.base_identity import saves_trainable_only
+    from wamkit.train.parallel import DTYPES
+
+    frozen_bytes = 0 if saves_trainable_only(cfg) else DTYPES[cfg.parallel.param_dtype].itemsize
+    size = estimated_checkpoint_bytes(params["total"], params["trainable"], cfg.ema.enabled, frozen_bytes)
     saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter)
     keep = cfg.checkpoint.keep_last
+    frozen = params["total"] - params["trainable"]
+    weights = (f"trainable weights fp32 {format_bytes(4 * params['trainable'])} + "
+               + ("no frozen weights (LoRA: the base is referenced, not copied)" if not frozen_bytes else
+                  f"frozen weights {cfg.parallel.param_dtype} {format_bytes(frozen_bytes * frozen)}"))
     lines = ["# checkpoints (disk, whole checkpoint on the shared run directory, all ranks together)",
-             f"per save: {format_bytes(size)} (weights fp32 {format_bytes(4 * params['total'])} + AdamW "
-             f"{format_bytes(8 * params['trainable'])}" + (f" + EMA {format_bytes(4 * params['trainable'])}" if cfg.ema.enabled else "")
+             f"per save: {format_bytes(size)} ({weights} + AdamW {format_bytes(8 * params['trainable'])}"
+             + (f" + EMA {format_bytes(4 * params['trainable'])}" if cfg.ema.enabled else "")
              + f"); a save needs {format_bytes(required_bytes(size))} free"]
     if keep > 0 and keep < saves:
         lines.append(f"keep_last = {keep}: {keep} x {format_bytes(size)} = {format_bytes(keep * size)} kept, "
@@ -68,32 +71,34 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
     return lines
 
 
-# Measured on one H200 at Nano width without activation checkpointing (benchmarks/RESULTS.md:
-# 70.0 GiB peak for 6632 packed tokens, minus bf16 weights and grads): ~31.6 * hidden bytes of saved
-# activations per token and layer. Full checkpointing keeps only each layer's two input streams.
-# "selective" (computed, not measured) drops the MLP's saved gate/up/SiLU/product tensors
-# (4 x 3H bf16 = 24 bytes per hidden unit) and keeps its input.
-ACTIVATION_BYTES_PER_TOKEN_LAYER = {"none": 31.6, "selective": 7.6, "full": 4.0}
+def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
+    """The per-GPU estimate (wamkit.train.memory, the trainer's own gate) at 1, 2 and 8 GPUs, judged
+    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not."""
+    import torch
+
+    from wamkit.train import memory
+
+    counts = memory.model_counts(model, cfg.lora.enabled)
+    vae = memory.vae_parameter_count(cfg)
+    if torch.cuda.is_available():
+        usable, total = memory.usable_bytes(torch.device("cuda"))
+        against = f"this machine's {torch.cuda.get_device_name()} ({total / memory.GIB:.1f} GiB, {usable / memory.GIB:.1f} usable)"
+    else:
+        total = H200_BYTES
+        usable = total * (1 - memory.GATE_MARGIN)
+        against = f"an H200 ({total / memory.GIB:.1f} GiB, {usable / memory.GIB:.1f} usable; no GPU here)"
+    lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
+    for world in (1, 2, 8):
+        est = memory.estimate(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae)
+        verdict = "fits" if est["total"] <= usable else "DOES NOT FIT"
+        lines.append(f"{world} GPU{'s' if world > 1 else ''}: {memory.format_estimate(est)}  -> {verdict}")
+    one = memory.Knobs.from_config(cfg, 1)
+    if memory.estimate(counts, one, tokens_per_sample, vae)["total"] > usable:
+        lines.append(memory.fit_report(counts, memory.lora_counts_for(model, cfg), one, tokens_per_sample, vae, usable))
+    return lines
 
 
-def memory_estimate(params: dict, model_config, cfg, world: int, tokens_per_rank: int) -> dict[str, float]:
-    gib = 2**30
-    trainable = params["trainable"]
-    layers, hidden = model_config.num_hidden_layers, model_config.hidden_size
-    per_layer = params["total"] / max(layers, 1)
-    frozen = params["total"] - trainable
-    replicated = world > 1 and getattr(cfg.parallel, "replicate_frozen", False)  # whole, in param_dtype
-    frozen_bytes = frozen * DTYPES[cfg.parallel.param_dtype].itemsize if replicated else frozen * 4 / world
-    est = {
-        "weights": (trainable * 4 / world + frozen_bytes) / gib,
-        "grads": trainable * 4 / world / gib,
-        "adam": trainable * 8 / world / gib,
-        "ema": trainable * 4 / world / gib if cfg.ema.enabled else 0.0,
-        "gathered": 2 * (trainable / max(layers, 1) if replicated else per_layer) * 2 / gib if world > 1 else 0.0,  # two bf16 layers in flight
-        "activations": tokens_per_rank * layers * hidden * ACTIVATION_BYTES_PER_TOKEN_LAYER[cfg.parallel.activation_checkpointing] / gib,
-    }
-    est["total"] = sum(est.values())
-    return est
+H200_BYTES = 143_771 * 2**20  # an H200's memory as nvidia-smi and torch report it (140.4 GiB)
 
 
 def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
@@ -126,15 +131,10 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
     content = canvas.content_size(views)
     fill = effective_padding(content, (height, width), canvas.padding)
     padded = f" ({content[0]}x{content[1]} {fill}-padded)" if fill != "none" else ""
-    factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
-    patch = model.config.latent_patch_size
-    t = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
-    per_frame = math.ceil(height / factor / patch) * math.ceil(width / factor / patch)
-    vision = t * per_frame
-    actions = cfg.data.chunk_length + int(cfg.data.use_state)
     text = len(text_tok.encode(cfg.data.prompt_template.format(task=task))) if text_tok else cfg.model.max_text_tokens
+    n = token_counts(cfg, model.config, (height, width), text)
     return [
         f"{source}; canvas {height}x{width}{padded}",
-        f"text {text} (e.g. {task!r}) + video {vision} ({t} latent frames x {per_frame} patches) + action {actions} "
-        f"({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {text + vision + actions}",
-    ], text + vision + actions
+        f"text {text} (e.g. {task!r}) + video {n['vision']} ({n['frames']} latent frames x {n['per_frame']} patches) + action "
+        f"{n['actions']} ({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {n['total']}",
+    ], n["total"]

@@ -23,6 +23,10 @@ class MetricsLogger:
     def log(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
+        if "val_loss" in record:  # rare and the number a user watches for overfitting: on the console too
+            from tqdm import tqdm
+
+            tqdm.write(f"[wamkit] step {record['step']}: val_loss {record['val_loss']:.4f} (held-out episodes)")
         if self.tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):

@@ -23,4 +23,5 @@ def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.AdamW:
             "weight_decay": cfg.weight_decay if decays else 0.0,
             "name": f"{'action_head' if is_action else 'backbone'}{'' if decays else '_no_decay'}",
         })
-    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    # fused: one kernel per parameter group, no foreach temporaries the size of the trainable state
+    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=True)

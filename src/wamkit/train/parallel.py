@@ -8,10 +8,9 @@ node count for HSDP)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -105,16 +104,39 @@ def build_mesh(dims: ParallelDims, device: torch.device):
 def checkpoint_mlps(model: torch.nn.Module) -> int:
     """Selective activation checkpointing: recompute both pathways' MLPs in the backward pass. Their
     gate/up/product intermediates (3x the width each) are most of a layer's saved activations, while
-    attention, whose recompute costs the most per byte saved, keeps its activations. The forward is
-    wrapped per instance, so parameter names (and checkpoints) do not change."""
-    from torch.utils.checkpoint import checkpoint
-
+    attention, whose recompute costs the most per byte saved, keeps its activations. Each MLP's class
+    is swapped for a checkpointed subclass (parameter names and checkpoints do not change), and every
+    layer's MLP of one type shares that class: a per-instance wrapper would give each layer its own
+    guard in the compiled layer, one recompile per layer until dynamo's limit."""
     wrapped = 0
     for layer in model.layers:
         for mlp in (layer.mlp, layer.mlp_moe_gen):
-            mlp.forward = functools.partial(checkpoint, mlp.forward, use_reentrant=False)
+            mlp.__class__ = _checkpointed(type(mlp))
             wrapped += 1
     return wrapped
+
+
+@functools.cache
+def _checkpointed(cls: type) -> type:
+    """`cls` whose forward runs under torch.utils.checkpoint (non-reentrant); one subclass per class."""
+    from torch.utils.checkpoint import checkpoint
+
+    if getattr(cls, "_wamkit_checkpointed", False):
+        return cls
+
+    def forward(self, *args, **kwargs):
+        return checkpoint(cls.forward, self, *args, use_reentrant=False, **kwargs)
+
+    return type(f"Checkpointed{cls.__name__}", (cls,), {"forward": forward, "_wamkit_checkpointed": True})
+
+
+def refuse_silent_recompile_fallback() -> None:
+    """Compiled layers that exceed dynamo's recompile limit would otherwise run eagerly from then on,
+    flex attention with them, unfused and with the full N x N scores in memory (97 GiB for eight
+    480p DROID samples): an error that names the cause instead (the trainer reports it)."""
+    import torch._dynamo.config
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
 def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -138,12 +160,27 @@ def install_input_casts(model: torch.nn.Module, dtype: torch.dtype) -> list:
     return hooks
 
 
+def run_mesh(ctx: DistContext, dims: ParallelDims):
+    """The run's device mesh at every world size. One process gets a one-rank process group, so it
+    runs FSDP2 like N ranks do: one mixed-precision mechanism, and one process computes exactly what
+    N ranks compute. The group is made only when none exists (a torchrun job has made it already)."""
+    if not dist.is_initialized():
+        if ctx.world_size != 1:
+            raise RuntimeError("a torchrun job without a process group: init_distributed must run first")
+        cuda = ctx.device.type == "cuda"
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id=ctx.device if cuda else None)
+    return build_mesh(dims, ctx.device if ctx.device.type == "cuda" else torch.device("cpu"))  # the meta device too: a gloo mesh
+
+
 def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     """Activation checkpointing, then compile, then FSDP2 per decoder layer and at the root.
 
-    Parameters are kept in fp32 (the master copy the optimizer updates); compute runs in
+    Trainable parameters keep fp32 master shards (what the optimizer updates); compute runs in
     `parallel.param_dtype` and gradients are reduced in `parallel.reduce_dtype`. Frozen parameters
-    are sharded like the rest but never enter the optimizer, so they cost no optimizer memory."""
+    are stored once, in `param_dtype`: nothing updates them, so an fp32 copy would only cost memory.
+    They are left whole (never gathered, never copied) on one GPU and with
+    `parallel.replicate_frozen`, and sharded like the rest otherwise."""
     p = cfg.parallel
     if p.activation_checkpointing == "full":
         model.enable_gradient_checkpointing()
@@ -153,32 +190,56 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
         raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported",
                           "use 'none', 'selective' or 'full'")
     if p.compile:
+        refuse_silent_recompile_fallback()
         for layer in model.layers:
             layer.compile(dynamic=False)
-    if mesh is None:
-        return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    dtype = DTYPES[p.param_dtype]
+    store_frozen_in(model, dtype)
+    model.register_forward_hook(_outputs_not_views)  # before FSDP2's own hook, which reads them
     # Inputs are cast by install_input_casts, not by FSDP2: its cast_forward_inputs would round the
     # root's mRoPE positions and timesteps to bf16 (positions 15000..15063 all become 14976 or 15040).
-    mp = MixedPrecisionPolicy(param_dtype=DTYPES[p.param_dtype], reduce_dtype=DTYPES[p.reduce_dtype], cast_forward_inputs=False)
-    fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
-    replicate_frozen = bool(getattr(p, "replicate_frozen", False))
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=DTYPES[p.reduce_dtype], cast_forward_inputs=False)
+    with warnings.catch_warnings():  # torch's deprecation of slicing a flattened dimension: nothing a user can act on
+        warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh")
+        fsdp_mesh = mesh["dp_replicate", "dp_shard_cp"] if mesh["dp_replicate"].size() > 1 else mesh["dp_shard_cp"]
+    frozen_whole = frozen_left_whole(cfg, mesh.size())
     for unit in shard_units(model):
         fully_shard(unit, mesh=fsdp_mesh, mp_policy=mp, reshard_after_forward=p.reshard_after_forward,
-                    ignored_params=_frozen(unit, DTYPES[p.param_dtype]) if replicate_frozen else None)
-    install_input_casts(model, DTYPES[p.param_dtype])
+                    ignored_params=frozen_parameters(unit) if frozen_whole else None)
+    install_input_casts(model, dtype)
     prefetch_layers(list(model.layers), int(getattr(p, "prefetch_layers", 0) or 0))
     return model
 
 
-def _frozen(module: torch.nn.Module, dtype: torch.dtype) -> set[torch.nn.Parameter]:
-    """The module's frozen parameters, cast to the compute dtype: FSDP2 leaves them whole on every
-    rank (never gathered) and does not cast them, and nothing needs an fp32 master copy of them."""
-    frozen = {q for q in module.parameters() if not q.requires_grad}
-    for q in frozen:
-        q.data = q.data.to(dtype)
-    return frozen
+def _outputs_not_views(module, args, output):
+    """The transformer returns each sample's prediction as a slice of the packed output. FSDP2 hooks
+    its pre-backward on those tensors, and an in-place op on a view would drop that hook (and the
+    all-gather with it): own copies of the small per-sample outputs remove the hazard at its cause."""
+    for field in ("sample", "sound", "action"):
+        values = getattr(output, field, None)
+        if isinstance(values, list):
+            setattr(output, field, [v.clone() if isinstance(v, torch.Tensor) and v._base is not None else v for v in values])
+    return output
+
+
+def frozen_left_whole(cfg, world_size: int) -> bool:
+    """Whether frozen weights stay whole on every rank: always on one GPU (there is nothing to shard
+    them over, and FSDP2 would copy each layer per step), else `parallel.replicate_frozen`."""
+    return world_size == 1 or bool(getattr(cfg.parallel, "replicate_frozen", False))
+
+
+def frozen_parameters(module: torch.nn.Module) -> set[torch.nn.Parameter]:
+    return {q for q in module.parameters() if not q.requires_grad}
+
+
+def store_frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Frozen floating parameters converted once to the compute dtype (on the meta device too, so a
+    meta-built model is materialised directly in it)."""
+    for q in frozen_parameters(model):
+        if q.is_floating_point() and q.dtype != dtype:
+            q.data = q.data.to(dtype)
 
 
 def prefetch_layers(layers: list, n: int) -> None:
@@ -189,43 +250,6 @@ def prefetch_layers(layers: list, n: int) -> None:
     for i, layer in enumerate(layers):
         layer.set_modules_to_forward_prefetch(layers[i + 1 : i + 1 + n])
         layer.set_modules_to_backward_prefetch(layers[max(0, i - n) : i][::-1])
-
-
-def compute_precision(cfg, mesh, models: list[torch.nn.Module]):
-    """Forward AND backward of `models` in `parallel.param_dtype` over fp32 master weights. Under
-    torchrun FSDP2's MixedPrecisionPolicy does it; one process does the same with cast_for_compute,
-    so N ranks compute what one process computes (autocast would not: it keeps norms, softmax and
-    reductions in fp32, where FSDP2 runs every op on bf16 parameters and activations)."""
-    dtype = DTYPES[cfg.parallel.param_dtype]
-    if mesh is not None or dtype == torch.float32:
-        return contextlib.nullcontext()
-    return cast_for_compute(models, dtype)
-
-
-@contextlib.contextmanager
-def cast_for_compute(models: list[torch.nn.Module], dtype: torch.dtype):
-    """FSDP2's mixed precision in one process: inside the block every parameter reads as a `dtype`
-    copy of its fp32 master (autograd casts its gradient back to fp32, as FSDP2's reduce does), and
-    floating inputs are cast as install_input_casts casts them under FSDP2. Run the backward inside the block:
-    activation checkpointing recomputes with the copies."""
-    restore, hooks = [], []
-    try:
-        for model in models:
-            copies = {}
-            for module in model.modules():
-                for name, param in list(module._parameters.items()):
-                    if param is not None and param.is_floating_point():
-                        if id(param) not in copies:  # tied weights share one copy, as they share one gradient
-                            copies[id(param)] = param.to(dtype)
-                        restore.append((module, name, param))
-                        module._parameters[name] = copies[id(param)]  # a plain tensor: nn.Module's setattr refuses it
-            hooks += install_input_casts(model, dtype)
-        yield
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for module, name, param in reversed(restore):
-            module._parameters[name] = param
 
 
 def _input_caster(dtype: torch.dtype, keep: frozenset = frozenset()):
@@ -248,6 +272,15 @@ def all_reduce_mean(value: float, ctx: DistContext) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t)
     return t.item() / ctx.world_size
+
+
+def all_reduce_mean_tensor(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """The mean of a device tensor over the ranks, staying on the device (no host sync)."""
+    if not ctx.distributed:
+        return value
+    value = value.clone()
+    dist.all_reduce(value)
+    return value / ctx.world_size
 
 
 def barrier(ctx: DistContext) -> None:

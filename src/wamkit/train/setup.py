@@ -16,6 +16,7 @@ from wamkit.data.run_data import RunData
 from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
+from wamkit.train.base_identity import require_full_weights, saves_trainable_only
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
 from wamkit.model.text_tokenizer import resolve_text_tokenizer, warn_truncated_prompts
 from wamkit.model.tokenizer import build_video_tokenizer
@@ -142,15 +143,18 @@ def load_base_weights(model, cfg) -> str:
     action head."""
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():
-        ckpt.load_checkpoint(path, {"model": model.state_dict()})
+        ckpt.verify_checkpoint(path, cfg.checkpoint.verify)  # before its marker is read
+        require_full_weights(path, ckpt.read_marker(path), "base of checkpoint.load_path")
+        ckpt.load_checkpoint(path, {"model": model.state_dict()}, verify=None)  # verified above
         return "wamkit checkpoint"
     return load_pretrained_weights(model, path, fresh_action_domain=cfg.data.domain_id, skip_action_heads=cfg.checkpoint.skip_action_heads)
 
 
 def builds_on_meta(cfg, device: torch.device) -> bool:
     """parallel.init: `auto` builds on the meta device and materialises on GPUs (no host init of
-    billions of parameters), eagerly on the CPU; `meta` / `eager` force one way."""
-    return cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and device.type == "cuda")
+    billions of parameters) and for LoRA runs (their frozen weights are rebuilt keyed by name:
+    wamkit.train.base_identity), eagerly otherwise on the CPU; `meta` / `eager` force one way."""
+    return cfg.parallel.init == "meta" or (cfg.parallel.init == "auto" and (device.type == "cuda" or saves_trainable_only(cfg)))
 
 
 def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> str:
@@ -167,8 +171,10 @@ def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> 
         return "fresh run from random initialisation"
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():  # a wamkit iteration (a chain's previous stage)
+        ckpt.verify_checkpoint(path, cfg.checkpoint.verify)  # before its marker is read
+        require_full_weights(path, ckpt.read_marker(path), "base of checkpoint.load_path")
         materialize(model, device, cfg.job.seed)
-        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)})
+        ckpt.load_checkpoint(path, {"model": plain_state_dict(model)}, verify=None)  # verified above
         return f"fresh run from base weights (wamkit checkpoint) {path}"
     base = BaseWeights(path)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -42,8 +43,8 @@ def seconds_since_launch() -> float:
     """Age of this process (Linux), so "first step after launch" includes imports and setup."""
     try:
         ticks = os.sysconf("SC_CLK_TCK")
-        start = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]) / ticks
-        uptime = float(open("/proc/uptime").read().split()[0])
+        start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
         return uptime - start
     except (OSError, ValueError, IndexError):
         return float("nan")

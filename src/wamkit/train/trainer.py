@@ -21,12 +21,16 @@ from wamkit.model.lora import prepare_trainable
 from wamkit.model.attention_backends import attention_backend, training_text_multiple
 from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
+from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
+                                        trainable_state)
+from wamkit.train import memory
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
+from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
-from wamkit.train.parallel import all_reduce_mean, build_mesh, compute_precision, init_distributed, parallel_dims, parallelize
+from wamkit.train.parallel import all_reduce_mean_tensor, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.config.schedule import build_schedule
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)
@@ -44,6 +48,7 @@ from wamkit.train.tracking import check_wandb, start_wandb
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
     "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "checkpoint.verify", "checkpoint.on_damage", "checkpoint.resume_step",  # how checkpoints are checked and chosen
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
     "parallel.data_parallel_replicate_degree", "trainer.grad_accum_iter",
@@ -79,19 +84,24 @@ class Trainer:
             self.video_tokenizer.compile_encoder()
         # On a GPU the transformer is built on the meta device and materialised shard by shard on the
         # GPU after sharding (wamkit.model.materialize): no host init of billions of parameters.
+        check_trainable_only_build(cfg)
         self.materialize = builds_on_meta(cfg, self.device)
         self.model = build_model(cfg, self.video_tokenizer.latent_channels, "meta" if self.materialize else self.device)
         check_vocab(self.model, self.text_tokenizer)
-        self.latest = ckpt.find_latest(self.checkpoints_dir, self.ctx)
+        self.latest = resume_point(self.checkpoints_dir, cfg.checkpoint, self.ctx)  # verified (wamkit.train.recovery)
+        # A LoRA run's checkpoints hold only what trains: its frozen weights come from the base on resume too.
+        self.trainable_only = saves_trainable_only(cfg)
         self.init_note = "" if self.materialize else self._load_base_if_fresh()
         self.parameter_counts = prepare_trainable(self.model, cfg)  # LoRA after base weights, before optimizer/EMA/resume
+        self.gate_plan = self._check_memory()  # before anything of the model is on the GPU
         self.dims = dims = parallel_dims(cfg, self.ctx.world_size)
         self.dp_rank, self.dp_size = dims.dp_rank(self.ctx.rank), dims.dp_size  # a cp group shares its samples
-        self.mesh = build_mesh(dims, self.device) if self.ctx.distributed else None
+        self.mesh = run_mesh(self.ctx, dims)
         self.model = parallelize(self.model, self.mesh, cfg)
         if self.materialize:
-            note = materialize_run_model(self.model, cfg, self.device, load_base=self.latest is None)
+            note = materialize_run_model(self.model, cfg, self.device, load_base=self.latest is None or self.trainable_only)
             self.init_note = "" if self.latest is not None else note
+        self.base = base_identity(cfg, self.model, self.ctx) if self.trainable_only else None  # frozen: computed once
         check_placement(self.device, self.model, self.video_tokenizer)
         self.build_seconds = time.perf_counter() - t0
         backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
@@ -113,6 +123,63 @@ class Trainer:
         self.consumed = 0  # samples consumed by all ranks: the data position
         self.timer = StepTimer(self.device)
 
+    def _check_memory(self) -> dict | None:
+        """On a GPU: the per-GPU estimate (wamkit.train.memory) against the memory this process can
+        use, and a GPUMemoryError naming what fits when it exceeds it. Returns the plan the
+        out-of-memory report needs; None on the CPU."""
+        if self.device.type != "cuda":
+            return None
+        free, total = torch.cuda.mem_get_info(self.device)
+        usable = free + torch.cuda.memory_allocated(self.device) - memory.GATE_MARGIN * total  # the VAE is ours already
+        plan = self.memory_plan(usable)
+        if plan is not None and self.ctx.is_main:
+            print(f"[wamkit] memory estimate {plan['estimate'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
+                  f"({torch.cuda.get_device_name(self.device)}, {total / memory.GIB:.1f} GiB): {plan['breakdown']}", flush=True)
+        if plan is not None and plan["estimate"] > usable:
+            raise memory.GPUMemoryError(
+                f"{self.cfg.job.name}: memory", f"the run needs an estimated {plan['estimate'] / memory.GIB:.1f} GiB per GPU on "
+                f"{self.ctx.world_size} GPU(s), {usable / memory.GIB:.1f} GiB is usable", self._fit_advice(plan))
+        return plan
+
+    def memory_plan(self, usable: float) -> dict | None:
+        """What the estimate of this run is made of, judged against `usable` bytes per GPU; None when
+        a sample's token count is not known before the first batch (no camera sizes in the contract)."""
+        tokens = self._tokens_per_sample()
+        if tokens is None:
+            return None
+        cfg = self.cfg
+        plan = {"counts": memory.model_counts(self.model, cfg.lora.enabled), "knobs": memory.Knobs.from_config(cfg, self.ctx.world_size),
+                "tokens": tokens, "vae": memory.vae_parameter_count(cfg), "usable": usable,
+                "lora_counts": memory.lora_counts_for(self.model, cfg) if self.materialize else None}
+        est = memory.estimate(plan["counts"], plan["knobs"], tokens, plan["vae"])
+        return {**plan, "estimate": est["total"], "breakdown": memory.format_estimate(est)}
+
+    def _fit_advice(self, plan: dict) -> str:
+        return memory.fit_report(plan["counts"], plan["lora_counts"], plan["knobs"], plan["tokens"], plan["vae"], plan["usable"])
+
+    def _tokens_per_sample(self) -> int | None:
+        """Packed tokens of one training sample: the canvas the cameras make, the first episode's prompt."""
+        views = [tuple(v) for v in self.data.contract.get("camera_sizes") or []]
+        episodes = self.data.contract.get("train_episodes") or []
+        if not views or not episodes or not hasattr(self.data.dataset, "episode_task"):
+            return None
+        prompt = self.cfg.data.prompt_template.format(task=self.data.dataset.episode_task(episodes[0]))
+        hw = self.data.transform.canvas.size(views)
+        return memory.token_counts(self.cfg, self.model.config, hw, len(self.text_tokenizer.encode(prompt)))["total"]
+
+    def _out_of_memory(self, exc: Exception) -> memory.GPUMemoryError:
+        """An out-of-memory error that the gate did not foresee, in a few lines with the same advice."""
+        peak = torch.cuda.max_memory_allocated(self.device) / memory.GIB
+        plan = self.gate_plan
+        said = f"; the estimate was {plan['estimate'] / memory.GIB:.1f} GiB" if plan else ""
+        if plan and plan["estimate"] <= plan["usable"]:
+            said += (", which fits: what failed is outside it, e.g. a kernel that fell back to materialising attention scores "
+                     "(see the warnings above)")
+        return memory.GPUMemoryError(
+            f"{self.cfg.job.name}: step {self.step + 1}", f"ran out of GPU memory (peak {peak:.1f} GiB allocated{said}): "
+            f"{str(exc).splitlines()[0]}", self._fit_advice(plan) if plan else "lower trainer.samples_per_step or turn on "
+            "parallel.activation_checkpointing")
+
     @property
     def parallel_degree(self) -> int:
         return self.ctx.world_size
@@ -129,10 +196,6 @@ class Trainer:
                               f"raise it to at least {tokens}, or set it to 0 and use trainer.samples_per_step")
         return budget // tokens
 
-    def compute_precision(self):
-        """parallel.param_dtype compute (wamkit.train.parallel.compute_precision): wrap forward and backward."""
-        return compute_precision(self.cfg, self.mesh, [self.model])
-
     @property
     def global_micro_batch(self) -> int:
         return self.cfg.trainer.samples_per_step * self.dp_size
@@ -140,7 +203,7 @@ class Trainer:
     # ---- state -------------------------------------------------------------------------------
     def state(self) -> dict:
         state = {
-            "model": self.model.state_dict(),
+            "model": trainable_state(self.model) if self.trainable_only else self.model.state_dict(),
             "optimizer": get_optimizer_state_dict(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "trainer": {"step": self.step, "consumed_samples": self.consumed},
@@ -165,7 +228,12 @@ class Trainer:
             return self.init_note
         self._check_same_recipe(latest)
         state = self.state()
-        ckpt.load_checkpoint(latest, state)
+        saved_base = ckpt.read_marker(latest).get(BASE_KEY)
+        if saved_base is not None:
+            check_same_base(saved_base, self.base, latest)
+        elif self.trainable_only:  # written before LoRA checkpoints left the base out: it holds every weight
+            state["model"] = self.model.state_dict()
+        ckpt.load_checkpoint(latest, state, verify=None)  # verified by resume_point
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
@@ -195,8 +263,9 @@ class Trainer:
             )
 
     def save(self) -> Path:
-        metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size}
-        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx)
+        metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size,
+                    **({BASE_KEY: self.base} if self.trainable_only else {})}
+        path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
         return path
@@ -234,32 +303,47 @@ class Trainer:
         if main and self.device.type == "cuda":
             print(f"[wamkit] device {self.device} ({torch.cuda.get_device_name(self.device)}); model built in {self.build_seconds:.1f} s", flush=True)
         try:
-            while self.step < cfg.max_iter:
-                t0 = time.perf_counter()
-                record = self.train_step(stream)
-                self.step += 1
-                record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
-                if self.step == 1 and main:
-                    print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
-                          f"({record['step_s']:.1f} s in the step itself)", flush=True)
-                if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
-                    logger.log({"step": self.step, **record})
-                if cfg.val_every and self.step % cfg.val_every == 0 and self.data.val_windows is not None:
-                    val_loss = self.validate()
-                    if main:
-                        logger.log({"step": self.step, "val_loss": val_loss})
-                if self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter:
-                    self.save()
-                    self._publish_logs(logger)
-                    maybe_kill(KILL_AFTER_SAVE, self.step)
-                bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}",
-                                **({"mfu": f"{record['mfu']:.3f}"} if "mfu" in record else {}))
+            self._train_loop(stream, bar, logger, throughput)
+        except torch.OutOfMemoryError as exc:
+            raise self._out_of_memory(exc) from None
+        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:  # wamkit.train.parallel.refuse_silent_recompile_fallback
+            raise ConfigError("parallel.compile", f"the compiled decoder layers recompiled past dynamo's limit at step {self.step + 1} "
+                              f"(eager layers would run flex attention unfused, N x N in memory): {str(exc).splitlines()[0]}",
+                              "report it with the log (TORCH_LOGS=recompiles shows each reason); meanwhile "
+                              "--set parallel.compile=false trains eagerly, slower") from None
         finally:
             bar.close()
             if logger is not None:
                 logger.close()
         return self.summary()
+
+    def _train_loop(self, stream, bar, logger, throughput) -> None:
+        """Step until max_iter: log, validate and save on their schedules."""
+        cfg, main = self.cfg.trainer, self.ctx.is_main
+        while self.step < cfg.max_iter:
+            t0 = time.perf_counter()
+            record = self.train_step(stream)
+            self.step += 1
+            record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
+            if self.step == 1 and main:
+                print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
+                      f"({record['step_s']:.1f} s in the step itself)", flush=True)
+            saving = self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter
+            if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
+                record = self._read_back(record)
+                if main:
+                    logger.log({"step": self.step, **record})
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}",
+                                    **({"mfu": f"{record['mfu']:.3f}"} if "mfu" in record else {}))
+            if cfg.val_every and self.step % cfg.val_every == 0 and self.data.val_windows is not None:
+                val_loss = self.validate()
+                if main:
+                    logger.log({"step": self.step, "val_loss": val_loss})
+            if saving:
+                self.save()
+                self._publish_logs(logger)
+                maybe_kill(KILL_AFTER_SAVE, self.step)
+            bar.update(1)
 
     def _publish_logs(self, logger) -> None:
         """A run in an object store gets its metrics.jsonl and TensorBoard files beside each
@@ -273,7 +357,7 @@ class Trainer:
         timer = self.objective.timer = self.timer
         timer.start()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {"loss": 0.0, "video_loss": 0.0, "action_loss": 0.0}
+        losses = torch.zeros(3, device=self.device)  # loss, video_loss, action_loss: on the device until a log step
         data_wait, flops, tokens = 0.0, 0.0, 0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
             t0 = time.perf_counter()
@@ -282,19 +366,13 @@ class Trainer:
             timer.mark("data")
             first = self.consumed + self.dp_rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
-            with self.compute_precision():
-                losses = self.objective(samples, generators)
-                (losses.total / cfg.grad_accum_iter).backward()
+            step_losses = self.objective(samples, generators)
+            (step_losses.total / cfg.grad_accum_iter).backward()
             timer.mark("forward_backward")
             # this rank's useful work: under context parallelism it computes 1/cp of each sequence
             flops, tokens = flops + self.objective.last_flops / self.dims.cp, tokens + self.objective.last_tokens // self.dims.cp
             self.consumed += self.global_micro_batch
-            totals["loss"] += losses.total.item() / cfg.grad_accum_iter
-            totals["video_loss"] += losses.video / cfg.grad_accum_iter
-            totals["action_loss"] += losses.action / cfg.grad_accum_iter
-        totals = {k: all_reduce_mean(v, self.ctx) for k, v in totals.items()}
-        if not math.isfinite(totals["loss"]):
-            raise FloatingPointError(f"loss is {totals['loss']} at step {self.step}; check the data stats and learning rate")
+            losses += torch.stack([step_losses.total.detach(), step_losses.video, step_losses.action]).float() / cfg.grad_accum_iter
         params = [p for p in self.model.parameters() if p.requires_grad]
         for p in params:  # a head unused this step (no noisy action rows / video frames: forward / inverse dynamics)
             if p.grad is None:  # gets a zero gradient, so every trainable parameter has optimizer state and resume stays exact
@@ -308,9 +386,19 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.model, self.step)
             timer.mark("ema")
-        record = {**totals, "grad_norm": grad_norm.item(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
+        record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
         timer.mark("other")
         return {**record, "flops": flops, "tokens": tokens, **{f"time_{k}_s": v for k, v in timer.read().items()}}
+
+    def _read_back(self, record: dict) -> dict:
+        """A step's device values as numbers, read once (log and save steps): the losses averaged over
+        the ranks, and refused when not finite, before anything is logged or saved."""
+        losses = all_reduce_mean_tensor(record.pop("losses"), self.ctx)
+        loss, video, action, grad_norm = torch.cat([losses, record.pop("grad_norm").reshape(1).float()]).tolist()
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at step {self.step} (checked every trainer.log_every steps and before each "
+                                     "save); check the data stats and the learning rate")
+        return {"loss": loss, "video_loss": video, "action_loss": action, "grad_norm": grad_norm, **record}
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -326,8 +414,7 @@ class Trainer:
         for start in range(0, count, chunk):
             batch = samples[start : start + chunk]
             generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
-            with self.compute_precision():
-                losses.append(self.objective(batch, generators).total.item())
+            losses.append(self.objective(batch, generators).total.item())
         self.model.train()
         return sum(losses) / len(losses)
 

@@ -175,6 +175,27 @@ def _fmt(x, digits=3) -> str:
     return str(x)
 
 
+def axis_names(dataset: LeRobotV3Dataset, action_key: str) -> list[str]:
+    """The dataset's names of the action channels (info.json features[action]['names'], a list or
+    LeRobot's {"motors": [...]}); channel numbers where it has none."""
+    names = dataset.features.get(action_key, {}).get("names")
+    if isinstance(names, dict):
+        names = next((v for v in names.values() if isinstance(v, list)), None)
+    dim = dataset.feature_dim(action_key)
+    return [str(n) for n in names] if isinstance(names, list) and len(names) == dim else [f"axis {i}" for i in range(dim)]
+
+
+def verdict(mode: str, result: dict) -> str:
+    """Does the model beat copying the last real frame? By PSNR (the primary number), SSIM beside it."""
+    m, b = result["model"], result["baseline"]
+    if m["psnr"] is None or b["psnr"] is None:
+        return f"{mode}: no verdict (PSNR undefined)"
+    gain = m["psnr"] - b["psnr"]
+    word = "beats" if gain > 0 else "does NOT beat"
+    return (f"{mode}: the model {word} copy-last-frame by {gain:+.2f} dB PSNR ({m['psnr']:.2f} vs {b['psnr']:.2f} dB; "
+            f"SSIM {_fmt(m['ssim'])} vs {_fmt(b['ssim'])})")
+
+
 def write_markdown(path: Path, report: dict) -> None:
     s = report["settings"]
     lines = [
@@ -182,7 +203,7 @@ def write_markdown(path: Path, report: dict) -> None:
         "checkpoint: `" + ", ".join(f"{k}={v}" for k, v in report["checkpoint"].items()) + "`  ", f"dataset: `{report['dataset']}`  episodes: {report['episodes']}  ",
         f"sampling: {s['num_steps']} {s['solver']} steps, shift {s['shift']}, guidance {s['guidance']} "
         f"in sigma {s['guidance_interval']}, seed {s['seed']}; chunk {s['chunk_length']} actions at {s['fps']} fps", "",
-        "| mode | predictor | PSNR [dB] | SSIM | motion ratio | motion corr | usable horizon [s] | real-time factor |",
+        "| mode | predictor | PSNR [dB] | SSIM | motion ratio | motion corr | usable horizon [s] | real-time factor [video s per compute s] |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for mode, res in report["results"].items():
@@ -198,15 +219,18 @@ def write_markdown(path: Path, report: dict) -> None:
         lines += ["## Action-axis probes", "",
                   "| episode | axis | cosine to data direction | +/- antisymmetry cosine | response (dx, dy) px |",
                   "| --- | --- | --- | --- | --- |"]
+        names = report.get("action_names") or []
         for ep, p in report["probes"].items():
             for axis, a in p["model"]["axes"].items():
-                lines.append(f"| {ep} | {axis} | {_fmt(a['cosine'])} | {_fmt(a['antisymmetry_cosine'])} | "
+                name = f"{axis} {names[int(axis)]}" if int(axis) < len(names) else axis
+                lines.append(f"| {ep} | {name} | {_fmt(a['cosine'])} | {_fmt(a['antisymmetry_cosine'])} | "
                              f"({a['response'][0]:.2f}, {a['response'][1]:.2f}) |")
             lines.append(f"| {ep} | min separation | {_fmt(p['model']['min_separation_deg'], 1)}° | | |")
             lines.append(f"| {ep} | baseline | {_fmt(p['baseline_cosine'])} | | (0, 0) |")
         lines.append("")
     if report.get("files"):
         lines += ["## Files", ""] + [f"- `{f}`" for f in report["files"]] + [""]
+    lines += ["## Verdict", ""] + [f"- {verdict(mode, res)}" for mode, res in report["results"].items()] + [""]
     path.write_text("\n".join(lines))
 
 
@@ -254,6 +278,7 @@ def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], mod
     report = {
         "format": "wamkit-wm-report", "version": 1,
         "checkpoint": wm.loaded.source, "dataset": str(dataset.root), "episodes": list(episodes), "modes": list(modes),
+        "action_names": axis_names(dataset, wm.contract.get("action_key", "action")),
         "settings": {"num_steps": wm.num_steps, "solver": wm.solver, "shift": wm.shift_for(next(iter(loaded.values())).frames[0]),
                      "guidance": wm.guidance, "guidance_interval": list(wm.guidance_interval), "seed": seed,
                      "fps": wm.fps, "chunk_length": wm.chunk_length, "psnr_threshold_db": psnr_threshold,
@@ -317,12 +342,17 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     elif episodes is None or len(episodes) == 0:
         episodes = val_episodes[:1] or ds.episode_indices[:1]
     episodes = [int(e) for e in episodes]
+    held_out = sum(e in val_episodes for e in episodes)
+    print(f"evaluating episodes {episodes} of {ds.root} ({held_out} of them held out of training)")
     out = Path(out_dir) if out_dir else default_out_dir(wm, use_ema)
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,
                       psnr_threshold=psnr_threshold)
     for mode, res in report["results"].items():
         m, b = res["model"], res["baseline"]
         print(f"{mode:15s} PSNR {_fmt(m['psnr'], 2)} dB (baseline {_fmt(b['psnr'], 2)})  SSIM {_fmt(m['ssim'])} "
-              f"(baseline {_fmt(b['ssim'])})  usable {_fmt(m['usable_horizon']['seconds'], 2)} s  RTF {_fmt(m['real_time_factor'])}")
+              f"(baseline {_fmt(b['ssim'])})  usable {_fmt(m['usable_horizon']['seconds'], 2)} s  "
+              f"RTF {_fmt(m['real_time_factor'])}x real time (video s per compute s)")
+    for mode, res in report["results"].items():
+        print("verdict " + verdict(mode, res))
     print(f"wrote {out / 'report.md'}")
     return 0

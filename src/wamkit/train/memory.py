@@ -1,0 +1,248 @@
+"""What a run holds per GPU, counted tensor by tensor, and the gate that uses it.
+
+One estimator serves `--dry-run`, the trainer's check before it builds anything on the GPU, and
+the report of an out-of-memory error that still happens. It follows wamkit.train.parallel's
+layout: trainable parameters keep fp32 master shards, fp32 sharded gradients, AdamW's two fp32
+moments and the fp32 EMA, all divided over the FSDP2 shard group; frozen parameters are stored once
+in `parallel.param_dtype`, whole on one GPU and with `parallel.replicate_frozen`, sharded otherwise;
+two layers are gathered in the compute dtype at a time, and a layer's unsharded gradients exist
+while it is reduced; saved activations depend on the checkpointing mode and on whether the
+generation pathway's weights train (a frozen linear layer keeps no input for a weight gradient);
+the Wan2.2 VAE sits on the GPU in the compute dtype. The AdamW step is fused (no temporaries the size
+of the trainable state). Torch's allocator peak is what is estimated; the gate keeps a margin for
+the CUDA context and fragmentation."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+import torch
+
+from wamkit.errors import WamkitError
+
+GIB = 2**30
+
+# Saved activation bytes per token, layer and hidden unit, by checkpointing mode and by what trains,
+# measured at Nano width on one H200 (benchmarks/RESULTS.md, "Memory, one H200"): full fine-tune
+# without checkpointing 31.6 (70.0 GiB peak for 6632 packed tokens, less bf16 weights and gradients);
+# LoRA without checkpointing 26.6 (g1_simple_1gpu, 75.2 GiB), LoRA with the MLPs recomputed 14.4
+# (droid_1gpu, 86.2 GiB). Full checkpointing keeps each layer's input (4) and recomputes one layer at
+# a time in the backward pass (so101_fd_chunk16 within 8% of it, online and from the latent cache).
+# The full fine-tune's selective figure is not measured: the LoRA ratio (14.4 / 26.6) applied to 31.6.
+ACTIVATION_BYTES = {
+    ("none", "full"): 31.6, ("selective", "full"): 17.1, ("full", "full"): 4.0,
+    ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
+}
+GATE_MARGIN = 0.08  # of the device's memory kept free for the CUDA context, NCCL buffers and fragmentation
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Parameter counts of the model as the run trains it (LoRA applied), by placement unit."""
+
+    total: int
+    trainable: int
+    layers: int
+    hidden: int
+    layer_trainable: int  # the largest decoder layer's
+    layer_frozen: int
+    lora: bool  # the generation pathway's weights are frozen (adapters train)
+
+    @property
+    def frozen(self) -> int:
+        return self.total - self.trainable
+
+
+def model_counts(model: torch.nn.Module, lora: bool) -> ModelCounts:
+    layers = list(model.layers)
+
+    def numel(params, trainable: bool) -> int:
+        return sum(p.numel() for p in params if p.requires_grad == trainable)
+
+    return ModelCounts(
+        total=sum(p.numel() for p in model.parameters()), trainable=numel(model.parameters(), True),
+        layers=len(layers), hidden=model.config.hidden_size,
+        layer_trainable=max(numel(layer.parameters(), True) for layer in layers),
+        layer_frozen=max(numel(layer.parameters(), False) for layer in layers), lora=lora)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The recipe knobs the estimate depends on; the gate's advice varies them."""
+
+    world: int
+    replicate: int
+    param_bytes: int
+    replicate_frozen: bool
+    checkpointing: str
+    ema: bool
+    samples_per_step: int
+    grad_accum: int
+
+    @classmethod
+    def from_config(cls, cfg, world: int) -> "Knobs":
+        from wamkit.train.parallel import DTYPES
+
+        p = cfg.parallel
+        replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
+        return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
+                   p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter)
+
+
+def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
+    """Bytes per GPU by what holds them, and their total (see the module docstring)."""
+    shard = max(knobs.world // knobs.replicate, 1)
+    whole = knobs.world == 1 or knobs.replicate_frozen  # wamkit.train.parallel.frozen_left_whole
+    t, b = counts.trainable, knobs.param_bytes
+    tokens = tokens_per_sample * knobs.samples_per_step
+    what = "lora" if counts.lora else "full"
+    per_layer = ACTIVATION_BYTES[(knobs.checkpointing, what)]
+    activations = tokens * counts.layers * counts.hidden * per_layer
+    if knobs.checkpointing == "full":  # the backward recomputes one layer with everything saved
+        activations += tokens * counts.hidden * ACTIVATION_BYTES[("none", what)]
+    gathered_per_layer = counts.layer_trainable + (0 if whole else counts.layer_frozen)
+    est = {
+        "trainable weights (fp32)": 4 * t / shard,
+        "frozen weights": b * counts.frozen / (1 if whole else shard),
+        "gradients (fp32)": 4 * t / shard,
+        "AdamW moments": 8 * t / shard,
+        "EMA": 4 * t / shard if knobs.ema else 0.0,
+        "gathered layers": 2 * b * gathered_per_layer,
+        "layer gradients": (b + 4) * counts.layer_trainable,
+        "activations": activations,
+        "VAE": b * vae_params,
+    }
+    est["total"] = sum(est.values())
+    return est
+
+
+def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int) -> dict[str, int]:
+    """Tokens one training sample occupies in a pack: its prompt, its latent video patches (frames x
+    patches per frame), its action rows (plus the state row), and their total."""
+    import math
+
+    from wamkit.model.tokenizer import TEMPORAL_FACTOR
+
+    factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
+    patch = model_config.latent_patch_size
+    frames = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
+    per_frame = math.ceil(canvas_hw[0] / factor / patch) * math.ceil(canvas_hw[1] / factor / patch)
+    actions = cfg.data.chunk_length + int(cfg.data.use_state)
+    return {"text": text_tokens, "frames": frames, "per_frame": per_frame, "vision": frames * per_frame, "actions": actions,
+            "total": text_tokens + frames * per_frame + actions}
+
+
+def format_estimate(est: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v / GIB:.2f}" for k, v in est.items())
+
+
+def vae_parameter_count(cfg) -> int:
+    """Parameters of the run's Wan2.2 VAE (its config.json, else the published layout), built on the
+    meta device; 0 for the pixel tokenizer."""
+    if cfg.model.tokenizer != "wan2.2":
+        return 0
+    import json
+    from pathlib import Path
+
+    from diffusers import AutoencoderKLWan
+
+    from wamkit.config.env import resolved
+    from wamkit.errors import ConfigError
+    from wamkit.model.tokenizer import WAN22_VAE_LAYOUT
+
+    layout = dict(WAN22_VAE_LAYOUT)
+    try:
+        config = Path(resolved(cfg.model, "vae_path")) / "config.json"
+        if config.is_file():
+            layout = {k: v for k, v in json.loads(config.read_text()).items() if not k.startswith("_")}
+    except ConfigError:
+        pass  # an unset path: the dry run reports it; count the published layout
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**layout)
+    return sum(p.numel() for p in vae.parameters())
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run: the --set overrides it takes, its knobs and its estimate."""
+
+    sets: tuple[str, ...]
+    knobs: Knobs
+    total: float
+
+
+def advice(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, tokens: int, vae: int,
+           capacity: float) -> tuple[int | None, list[Option]]:
+    """(the smallest GPU count that fits with the recipe's knobs, ways to fit on this GPU count).
+    `lora_counts`: the counts with the recipe's LoRA adapters applied (None when it already uses LoRA
+    or cannot). The ways are each single change, then cumulative ones until one fits."""
+    total = lambda c, k: estimate(c, k, tokens, vae)["total"]  # noqa: E731
+    smallest = next((w for w in WORLD_SIZES if total(counts, replace(knobs, world=w, replicate=1)) <= capacity), None)
+
+    def smaller_micro_batch(k: Knobs, c: ModelCounts) -> tuple[str, Knobs] | None:
+        """The largest halved micro-batch that fits (else 1), gradient accumulation keeping the batch."""
+        batch = k.samples_per_step * k.grad_accum
+        sizes = [m for m in (k.samples_per_step // 2**i for i in range(1, 12)) if m >= 1 and batch % m == 0]
+        if not sizes:
+            return None
+        m = next((m for m in sizes if total(c, replace(k, samples_per_step=m, grad_accum=batch // m)) <= capacity), sizes[-1])
+        return f"trainer.samples_per_step={m} --set trainer.grad_accum_iter={batch // m}", replace(k, samples_per_step=m, grad_accum=batch // m)
+
+    def changes(k: Knobs, c: ModelCounts, c_lora):
+        """(--set text, knobs, counts) of each way to need less, cheapest in quality first."""
+        if k.checkpointing != "full":
+            yield 'parallel.activation_checkpointing="full"', replace(k, checkpointing="full"), c
+        micro = smaller_micro_batch(k, c)
+        if micro:
+            yield (*micro, c)
+        if c_lora is not None and not c.lora:
+            yield "lora.enabled=true", k, c_lora
+        if k.ema:
+            yield "ema.enabled=false", replace(k, ema=False), c
+
+    options = [Option((sets,), k, total(c, k)) for sets, k, c in changes(knobs, counts, lora_counts)]
+    taken, k, c = [], knobs, counts  # the same changes together, in that order, until the run fits
+    while total(c, k) > capacity:
+        step = next(changes(k, c, lora_counts), None)
+        if step is None:
+            break
+        sets, k, c = step
+        taken.append(sets)
+        if len(taken) > 1:
+            options.append(Option(tuple(taken), k, total(c, k)))
+    return smallest, options
+
+
+class GPUMemoryError(WamkitError):
+    """A run does not fit the GPU's memory: the estimate, the GPU count that fits, the knobs that do."""
+
+
+def fit_report(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, tokens: int, vae: int, capacity: float) -> str:
+    """The lines of advice shared by the gate and the out-of-memory report."""
+    smallest, options = advice(counts, lora_counts, knobs, tokens, vae, capacity)
+    lines = [f"the smallest GPU count that fits these knobs: {smallest}" if smallest else
+             f"no GPU count up to {WORLD_SIZES[-1]} fits these knobs"]
+    lines.append(f"on {knobs.world} GPU{'s' if knobs.world > 1 else ''} (estimate per GPU against {capacity / GIB:.1f} GiB usable):")
+    for option in options:
+        verdict = "fits" if option.total <= capacity else "does not fit"
+        lines.append(f"  --set {' --set '.join(option.sets)}: {option.total / GIB:.1f} GiB ({verdict})")
+    return "\n".join(lines)
+
+
+def usable_bytes(device: torch.device) -> tuple[float, float]:
+    """(usable, total) bytes of a GPU for a run: what is free now, less the gate's margin of the total."""
+    free, total = torch.cuda.mem_get_info(device)
+    return free - GATE_MARGIN * total, total
+
+
+def lora_counts_for(model: torch.nn.Module, cfg) -> ModelCounts | None:
+    """The counts the recipe's LoRA section would give (a meta copy; None when LoRA is already on)."""
+    if cfg.lora.enabled:
+        return None
+    from wamkit.model.lora import apply_lora
+
+    meta = copy.deepcopy(model).to("meta")
+    apply_lora(meta, cfg.lora.rank, cfg.lora.alpha, cfg.lora.target_modules, cfg.lora.train_action_pathway, cfg.lora.dropout)
+    return model_counts(meta, lora=True)

@@ -1,0 +1,67 @@
+"""The per-GPU memory estimate (wamkit.train.memory) that --dry-run prints and the trainer gates on:
+its arithmetic follows the parallel layout, its advice names what fits, and the trainer's own plan is
+built from the run's real model and data."""
+
+import pytest
+
+from tests.helpers import DEMO_RECIPE, run_cli
+from wamkit.config import load_experiment
+from wamkit.train import memory
+from wamkit.train.trainer import Trainer
+
+GIB = memory.GIB
+NANO_FULL = memory.ModelCounts(total=15_165_795_648, trainable=6_975_060_288, layers=36, hidden=4096,
+                               layer_trainable=193_751_040, layer_frozen=226_000_000, lora=False)
+
+
+def _knobs(**kw):
+    base = dict(world=1, replicate=1, param_bytes=2, replicate_frozen=False, checkpointing="none", ema=True,
+                samples_per_step=16, grad_accum=1)
+    return memory.Knobs(**{**base, **kw})
+
+
+def test_estimate_counts_fp32_trainable_state_and_bf16_frozen_weights_per_shard():
+    one = memory.estimate(NANO_FULL, _knobs(), tokens_per_sample=637)
+    assert one["trainable weights (fp32)"] == 4 * NANO_FULL.trainable
+    assert one["frozen weights"] == 2 * NANO_FULL.frozen  # stored once in bf16, whole on one GPU
+    assert one["AdamW moments"] == 8 * NANO_FULL.trainable and one["EMA"] == 4 * NANO_FULL.trainable
+    eight = memory.estimate(NANO_FULL, _knobs(world=8), tokens_per_sample=637)
+    assert eight["trainable weights (fp32)"] == one["trainable weights (fp32)"] / 8 and eight["frozen weights"] == one["frozen weights"] / 8
+    assert eight["activations"] == one["activations"]  # per-rank micro-batch: not sharded
+    replicated = memory.estimate(NANO_FULL, _knobs(world=8, replicate_frozen=True), tokens_per_sample=637)
+    assert replicated["frozen weights"] == one["frozen weights"]  # whole on every rank, in bf16
+    assert replicated["gathered layers"] < eight["gathered layers"]  # only trainable weights are all-gathered
+    full_ac = memory.estimate(NANO_FULL, _knobs(checkpointing="full"), tokens_per_sample=637)
+    assert full_ac["activations"] < one["activations"] / 4
+    assert memory.estimate(NANO_FULL, _knobs(ema=False), 637)["total"] == one["total"] - one["EMA"]
+
+
+def test_advice_names_the_gpu_count_and_the_knobs_that_fit():
+    lora = memory.ModelCounts(total=15_181_131_072, trainable=24_908_928, layers=36, hidden=4096,
+                              layer_trainable=600_000, layer_frozen=420_000_000, lora=True)
+    report = memory.fit_report(NANO_FULL, lora, _knobs(), 637, 650_000_000, capacity=129 * GIB)
+    assert "the smallest GPU count that fits these knobs: 2" in report
+    assert "--set lora.enabled=true: 67.1 GiB (fits)" in report
+    assert '--set parallel.activation_checkpointing="full": 155.0 GiB (does not fit)' in report
+
+
+def test_trainer_plans_its_memory_from_the_real_model_and_data(tmp_path):
+    trainer = Trainer(load_experiment(DEMO_RECIPE, [f'job.output_root="{tmp_path}"', 'job.name="plan"', "trainer.progress_bar=false"]))
+    plan = trainer.memory_plan(usable=1 * GIB)
+    n = sum(p.numel() for p in trainer.model.parameters())
+    assert plan["counts"].total == n and plan["counts"].trainable == sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    sample = trainer.data.samples("train", trainer.cfg)[0]
+    _, t, h, w = trainer.objective.latents_of([sample])[0].shape
+    patch = trainer.model.config.latent_patch_size
+    prompt = len(trainer.text_tokenizer.encode(trainer.cfg.data.prompt_template.format(task=sample.task)))
+    assert plan["tokens"] == prompt + t * -(-h // patch) * -(-w // patch) + sample.actions.shape[0] + int(sample.state is not None)
+    assert 0 < plan["estimate"] < 1 * GIB and "activations" in plan["breakdown"]
+
+
+def test_dry_run_of_a_full_fine_tune_on_one_gpu_says_it_does_not_fit_and_what_does():
+    out = run_cli(["train", "recipes/g1_simple.toml", "--dry-run"]).stdout  # dataset not at hand: the nominal camera
+    assert "1 GPU: " in out and "DOES NOT FIT" in out.split("2 GPUs:")[0]
+    assert "the smallest GPU count that fits these knobs: 2" in out and "--set lora.enabled=true:" in out
+    one_gpu = run_cli(["train", "recipes/g1_simple_1gpu.toml", "--dry-run"]).stdout
+    assert "1 GPU: " in one_gpu and "-> fits" in one_gpu.split("2 GPUs:")[0]
+    assert "no frozen weights (LoRA: the base is referenced, not copied)" in one_gpu
