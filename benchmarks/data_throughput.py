@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.interop import lerobot_venv  # noqa: E402
 from wamkit.data import LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset  # noqa: E402
 from wamkit.data.canvas import CanvasTransform  # noqa: E402
-from wamkit.train.stream import TransformedWindows  # noqa: E402
+from wamkit.data.run_data import TransformedWindows  # noqa: E402
 
 SIZES = {256: (256, 256), 480: (480, 640), 720: (720, 1280)}
 # LeRobot writer flags per layout: one file per camera, or size-rotated files over chunk dirs of 2 files

@@ -13,7 +13,7 @@ bf16 matmul rate measured in the same run.
 
 With --layouts > 1 the packs differ in text length; the last column counts the graphs dynamo compiled
 while timing (recompiles). Training pads packs like --text-multiple 128 when compiled (see
-wamkit.model.packing.training_text_multiple).
+wamkit.model.attention_backends.training_text_multiple).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from wamkit.model.cosmos3 import PRESETS, build_transformer, set_trainable  # noqa: E402
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout  # noqa: E402
-from wamkit.train.flops import matmul_rate, sample_flops  # noqa: E402
+from wamkit.model.attention import packed_layout  # noqa: E402
+from wamkit.model.attention_backends import install_packed_attention  # noqa: E402
+from wamkit.model.packing import SequenceSample, pack_samples  # noqa: E402
+from wamkit.model.flops import matmul_rate, sample_flops  # noqa: E402
 from wamkit.train.parallel import ParallelDims, build_mesh, init_distributed, parallelize, shutdown  # noqa: E402
 
 
@@ -73,7 +75,7 @@ def make_samples(shape: Shape, n: int, channels: int, action_dim: int, vocab: in
 
 
 def step_flops(model, shape: Shape, n: int) -> float:
-    """FLOPs of one forward+backward over n samples of `shape` (wamkit.train.flops, as training logs them)."""
+    """FLOPs of one forward+backward over n samples of `shape` (wamkit.model.flops, as training logs them)."""
     n_gen = shape.latent_t * math.ceil(shape.latent_h / 2) * math.ceil(shape.latent_w / 2) + shape.actions
     return n * sample_flops(model.config, shape.text, n_gen)
 

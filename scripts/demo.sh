@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 WAMKIT_SIM=${WAMKIT_SIM:-metaworld} bash scripts/setup.sh
 . .venv/bin/activate
 wamkit train recipes/demo_tiny.toml "$@"
-RUN="${WAMKIT_OUTPUT_ROOT:-runs}/demo_tiny"
+RUN="$(python -m wamkit.config.run_dir recipes/demo_tiny.toml "$@")"  # the run train wrote, with the same overrides
 wamkit eval sim "$RUN" metaworld/mt3 --episodes 2 --seed 1000 --out "$RUN/eval_sim"

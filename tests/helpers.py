@@ -23,6 +23,16 @@ def quick_overrides(demo_root: Path, output_root: Path, name: str, max_iter: int
     return out
 
 
+def train_in_process(args: list[str]) -> dict:
+    """`wamkit train ARGS` (a recipe, then --set pairs) in this process, for the one-process reference runs
+    distributed tests compare against: what `_train` in wamkit.cli does, without a new interpreter."""
+    from wamkit.config import load_experiment
+    from wamkit.train.trainer import Trainer
+
+    recipe, rest = args[0], args[1:]
+    return Trainer(load_experiment(recipe, [a for a in rest if a != "--set"]), device="auto").train()
+
+
 def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "wamkit.cli", *args], capture_output=True, text=True, env=full_env, cwd=REPO)

@@ -3,7 +3,9 @@
 import torch
 
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import PackedAttention, SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import PackedAttention, packed_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 
 
 def _sample(video, actions, k):

@@ -68,7 +68,7 @@ def test_recipe_extends_overlays_a_parent(tmp_path):
 def test_unset_environment_variable_in_a_path_is_named():
     import os
 
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     os.environ.pop("WAMKIT_TEST_UNSET", None)
     with pytest.raises(ConfigError, match="WAMKIT_TEST_UNSET"):
@@ -98,7 +98,7 @@ def test_demo_smoke_test_trains_with_a_warm_up_as_long_as_the_run(tmp_path):
 def test_warm_up_clamp_keeps_the_schedule_shape_and_explicit_cycles_still_fail():
     from types import SimpleNamespace
 
-    from wamkit.train.schedule import build_schedule
+    from wamkit.config.schedule import build_schedule
 
     cfg = SimpleNamespace(kind="LambdaLinear", warm_up_steps=[20], cycle_lengths=[], f_start=[0.0], f_max=[1.0], f_min=[0.0])
     s = build_schedule(cfg, 20)
@@ -128,7 +128,7 @@ def test_every_config_error_of_a_bad_override_carries_a_fix():
     ("distill.teacher_path", "iteration directory"),
 ])
 def test_unset_variable_error_names_variable_field_and_a_fix_for_the_field(field, needle, monkeypatch):
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
     with pytest.raises(ConfigError) as err:
@@ -160,7 +160,7 @@ def test_fallback_variables_and_empty_required_paths_name_the_variables(monkeypa
     recipe = REPO / "recipes" / "g1_simple.toml"
     for var in ("SIMPLE_ROOT", "DATASET_PATH"):
         monkeypatch.delenv(var, raising=False)
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import expand_env
 
     with pytest.raises(ConfigError, match="SIMPLE_ROOT is not set and the fallback's DATASET_PATH is not set") as err:
         expand_env("${SIMPLE_ROOT:-$DATASET_PATH}", "data.path")
@@ -206,3 +206,29 @@ def test_commands_refuse_urls_they_cannot_honour_before_any_work(command):
     assert proc.returncode == 2, proc.stderr
     assert f"wamkit {command[0]}" in proc.stderr and ("does not support" in proc.stderr or "local directory" in proc.stderr)
     assert not any((REPO / name).exists() for name in ("s3:", "gs:", "hdfs:", "ftp:", "out"))
+
+
+def test_variables_are_expanded_once_at_load_and_read_as_they_are(tmp_path, monkeypatch):
+    """A recipe's ${VAR} paths are expanded by load_experiment; building the run's data and tokenizers reads
+    the values as they are (no second expansion, whose answer could differ from the one the run recorded),
+    and a variable unset at load raises its field's error only where that path is needed."""
+    import wamkit.config.env as env
+    from wamkit.data import write_demo_dataset
+    from wamkit.train.setup import build_run_data, build_tokenizers
+
+    root = write_demo_dataset(tmp_path / "demo", num_episodes=2, episodes_per_file=2)
+    monkeypatch.setenv("WAMKIT_TEST_DATA", str(root))
+    monkeypatch.delenv("WAMKIT_TEST_UNSET", raising=False)
+    calls = []
+    real = env.expand_env
+    monkeypatch.setattr(env, "expand_env", lambda text, name: calls.append(name) or real(text, name))
+    cfg = load_experiment(DEMO_RECIPE, ['data.path="${WAMKIT_TEST_DATA}"', "data.generate_demo=false",
+                                        'data.latent_cache="${WAMKIT_TEST_UNSET}/cache"'])
+    assert cfg.data.path == str(root) and sorted(calls) == ["data.latent_cache", "data.path"]
+    calls.clear()
+    run = build_run_data(cfg)
+    build_tokenizers(cfg)
+    assert calls == [] and run.dataset.root == root
+    with pytest.raises(ConfigError) as err:
+        run.samples("train", cfg)  # the cache is needed now: the error load recorded, naming field and variable
+    assert err.value.where == "data.latent_cache" and "WAMKIT_TEST_UNSET" in err.value.problem

@@ -9,7 +9,7 @@ import torch
 from wamkit.diffusion.flow import shift_sigma
 from wamkit.diffusion.sampling import PolicyInput, sample_policy, sigma_schedule
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import install_packed_attention
+from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.tokenizer import ByteTokenizer, PixelTokenizer
 
 T, MAX_DIM = 8, 8

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.model.cosmos3 import build_transformer, is_generation_param, load_pretrained_weights, set_trainable
+from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
+from wamkit.model.weights import is_generation_param
 from wamkit.model.tokenizer import ByteTokenizer, PixelTokenizer
 
 

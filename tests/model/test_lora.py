@@ -9,9 +9,12 @@ import torch
 from wamkit.config import load_experiment
 from wamkit.data import write_demo_dataset
 from wamkit.errors import ConfigError
-from wamkit.model.cosmos3 import build_transformer, is_action_head_param, set_trainable
+from wamkit.model.cosmos3 import build_transformer, set_trainable
+from wamkit.model.weights import is_action_head_param
 from wamkit.model.lora import DEFAULT_TARGET_MODULES, apply_lora, merge_lora, prepare_trainable
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.train.checkpoint import load_checkpoint, save_checkpoint
 
 from tests.helpers import DEMO_RECIPE

@@ -9,7 +9,8 @@ import torch
 
 from wamkit.errors import CheckpointError
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights
-from wamkit.model.materialize import BaseWeights, initial_value, materialize
+from wamkit.model.materialize import initial_value, materialize
+from wamkit.model.weights import BaseWeights
 from wamkit.model.lora import apply_lora
 
 

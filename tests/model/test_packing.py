@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 
 
 def _sample(gen, text_len, t, h, w, n_actions, sigma, domain, state_row):
@@ -95,7 +97,7 @@ def test_flex_attention_backend_matches_dense_masks(num_samples):
 
 
 def test_attention_backend_auto_rule_is_shared_by_training_and_inference():
-    from wamkit.model.packing import attention_backend
+    from wamkit.model.attention_backends import attention_backend
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert attention_backend("auto", cuda, torch.bfloat16) == attention_backend("auto", cuda, "bfloat16") == "flex"
@@ -131,7 +133,7 @@ def test_per_sample_backend_matches_dense_masks_with_gradients(chunk_frames):
 
 
 def test_per_sample_backend_refuses_an_unordered_pack():
-    from wamkit.model.packing import PerSampleAttention
+    from wamkit.model.attention import PerSampleAttention
 
     with pytest.raises(ValueError, match="contiguous"):
         PerSampleAttention().set_layout(torch.tensor([0, 1, 0]), torch.tensor([0, 1]))

@@ -123,3 +123,23 @@ def test_chain_keeps_the_base_tokenizer_and_export_carries_it(tmp_path):
 
     shutil.rmtree(tmp_path / "base")
     assert resolve_text_tokenizer(_cfg(**{"checkpoint.load_path": out})).encode(PROMPT) == hf(PROMPT)["input_ids"]
+
+
+def test_prompts_longer_than_max_text_tokens_are_named_once_when_the_data_opens(tmp_path, capsys):
+    """The byte tokenizer keeps bos + the first max_text_tokens - 2 bytes + eos: a longer prompt loses its end.
+    Opening the data says so once, with the count, the longest prompt and the knob."""
+    from wamkit.data import write_demo_dataset
+    from wamkit.train.setup import build_run_data
+
+    root = write_demo_dataset(tmp_path / "demo", num_episodes=2, episodes_per_file=2)
+    cfg = lambda n: load_experiment(DEMO_RECIPE, [f'data.path="{root}"', "data.generate_demo=false",  # noqa: E731
+                                                  f"model.max_text_tokens={n}"])
+    build_run_data(cfg(64))
+    assert "max_text_tokens" not in capsys.readouterr().err  # "reach the green target" + bos/eos = 24 fits
+    build_run_data(cfg(16))
+    err = capsys.readouterr().err
+    assert "2 of 2 prompt(s)" in err and "model.max_text_tokens = 16" in err, err
+    assert "'reach the green target'" in err and "--set model.max_text_tokens=24" in err, err
+    build_run_data(cfg(16))
+    assert "max_text_tokens" not in capsys.readouterr().err  # once per process
+    assert ByteTokenizer(16).length("reach the green target") == 24 and len(ByteTokenizer(16).encode("reach the green target")) == 16

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import REPO, run_cli
 from wamkit.config.loader import read_recipe
-from wamkit.config.schema import env_references
+from wamkit.config.env import env_references
 
 FULL = ["g1_simple", "droid", "so101_fd_chunk16"] + [f"sim_bimanual_stage{k}" for k in range(4)]
 TINY = ["g1_simple", "droid", "so101_fd_chunk16"]

@@ -58,3 +58,12 @@ def test_no_warmup_on_the_cpu_by_default_and_an_unknown_size_is_named(export_dir
     with pytest.raises(WamkitError, match="HxW"):
         parse_size("480by640")
     assert parse_size("480x640") == (480, 640)
+
+
+def test_the_server_reads_the_device_the_policy_decided_once(export_dir):
+    import torch
+
+    policy = Policy.from_export(export_dir, num_steps=NUM_STEPS)
+    assert policy.device == next(policy.model.parameters()).device == torch.device("cpu")
+    policy.device = torch.device("cuda")  # what a policy loaded on a GPU says: auto warm-up follows it, not a parameter
+    assert PolicyServer(policy, port=0)._warmup_sizes() == [(64, 64)]

@@ -13,7 +13,7 @@ from wamkit.data import LeRobotV3Dataset
 from wamkit.eval import evaluate
 from wamkit.sim import SimError, get_spec, record
 from wamkit.sim.control_rate import ActionRepeat, control_repeat
-from wamkit.sim.envs import SimEnv, StepResult
+from wamkit.sim.base import SimEnv, StepResult
 from wamkit.train.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.toml"

@@ -29,7 +29,7 @@ def test_demo_evaluates_the_run_it_trained_in_the_tasks_of_its_data_on_new_seeds
     cfg = load_experiment(DEMO_RECIPE)
     lines = _eval_lines()
     argv = shlex.split(next(line for line in lines if line.startswith("wamkit eval sim")))
-    assert any(line == f'RUN="${{WAMKIT_OUTPUT_ROOT:-runs}}/{cfg.job.name}"' for line in lines)
+    assert any(line.startswith('RUN="$(python -m wamkit.config.run_dir recipes/demo_tiny.toml "$@")"') for line in lines)
     assert argv[3] == "$RUN"
     data = REPO / cfg.data.path
     assert {get_spec(n).task for n in expand_env_names(argv[4])} == set(LeRobotV3Dataset(data).tasks.values())
@@ -38,7 +38,8 @@ def test_demo_evaluates_the_run_it_trained_in_the_tasks_of_its_data_on_new_seeds
 
 
 def test_demo_evaluation_lines_print_the_success_rate_and_a_video(tmp_path):
-    overrides = {"job.output_root": f'"{tmp_path}"', "data.path": f'"{REPO / "datasets" / "metaworld_mt3"}"',
+    """The demo's arguments rename the run (job.name): the evaluation follows them to the run trained."""
+    overrides = {"job.output_root": f'"{tmp_path}"', "data.path": f'"{REPO / "datasets" / "metaworld_mt3"}"', "job.name": '"renamed"',
                  "trainer.max_iter": "1", "checkpoint.save_iter": "1", "trainer.val_every": "0",
                  "trainer.progress_bar": "false"}
     Trainer(load_experiment(DEMO_RECIPE, [f"{k}={v}" for k, v in overrides.items()])).train()
@@ -46,9 +47,10 @@ def test_demo_evaluation_lines_print_the_success_rate_and_a_video(tmp_path):
     env = {**os.environ, "WAMKIT_OUTPUT_ROOT": str(tmp_path)}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the venv's `wamkit`
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    demo_args = ["--set", 'job.name="renamed"', "--device", "cpu"]  # what `scripts/demo.sh ARGS` passes to train
+    proc = subprocess.run(["bash", "-c", script, "demo.sh", *demo_args], cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert any(line.startswith("average of 3 tasks: success ") for line in lines), proc.stdout
     video = Path(next(line for line in lines if line.startswith("rollout video: ")).split(": ", 1)[1])
-    assert video.is_file() and tmp_path / "demo_tiny" / "eval_sim" in video.parents
+    assert video.is_file() and tmp_path / "renamed" / "eval_sim" in video.parents

@@ -8,7 +8,7 @@ from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.train.ema import EMA
 from wamkit.train.optim import build_optimizer
-from wamkit.train.schedule import LambdaSchedule
+from wamkit.config.schedule import LambdaSchedule
 from wamkit.diffusion.flow import add_noise, sample_sigmas, shift_sigma
 
 
@@ -66,7 +66,9 @@ def test_rectified_flow_definitions():
 
 
 def _loss_and_grads(model):
-    from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+    from wamkit.model.attention import packed_layout
+    from wamkit.model.attention_backends import install_packed_attention
+    from wamkit.model.packing import SequenceSample, pack_samples
 
     gen = torch.Generator().manual_seed(0)
     sample = SequenceSample(text_ids=[5, 6, 7], video=torch.randn(12, 2, 4, 4, generator=gen), actions=torch.randn(5, 8, generator=gen),

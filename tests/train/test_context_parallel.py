@@ -13,11 +13,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.bimanual.tiny import recipe, tiny_overrides
-from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli, train_in_process
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
+from wamkit.model.attention import hold_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.train.context_parallel import enable_context_parallel
 from wamkit.train.parallel import parallel_dims
 
@@ -88,12 +90,12 @@ def test_train_cp2_with_fsdp_equals_one_process_and_resumes_at_cp1(demo_root, tm
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "world size 2 (context parallel 2), global batch 4" in proc.stdout
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "cp2")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
 
     resumed = run_cli(["train", str(DEMO_RECIPE), *cp2, "--set", "parallel.context_parallel_degree=1", "--set", "trainer.max_iter=4"])
     assert "at step 2" in resumed.stdout and "world size 1," in resumed.stdout
-    run_cli(["train", str(DEMO_RECIPE), *one, "--set", "trainer.max_iter=4"])
+    train_in_process([str(DEMO_RECIPE), *one, "--set", "trainer.max_iter=4"])
     expected = _losses(tmp_path / "one")
     assert len(expected) == 4
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "cp2")), torch.tensor(expected), rtol=1e-4, atol=1e-5)

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli, run_torchrun
+from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli, run_torchrun, train_in_process
 from wamkit.train.checkpoint import load_checkpoint
 from wamkit.train.setup import build_model
 from wamkit.config import load_experiment
@@ -28,7 +28,7 @@ def test_two_process_fsdp_matches_one_process_and_resumes_in_one(demo_root, tmp_
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
     out = run_torchrun(["train", str(DEMO_RECIPE), *two])
     assert "world size 2, global batch 4" in out.stdout
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
 
     sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
@@ -50,7 +50,7 @@ def test_replicated_frozen_weights_and_prefetch_train_like_one_process(demo_root
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *knobs]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
     run_torchrun(["train", str(DEMO_RECIPE), *two])
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
     single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
@@ -67,7 +67,7 @@ def test_lora_under_fsdp_trains_like_one_process_resumes_and_exports(demo_root, 
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2", *lora]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4", *lora]
     run_torchrun(["train", str(DEMO_RECIPE), *two])
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, "--set", "trainer.max_iter=6"])
     assert "at step 4" in resumed.stdout and "world size 1" in resumed.stdout
@@ -92,10 +92,26 @@ def test_meta_init_materialises_shards_like_one_process(demo_root, tmp_path):
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4", *knobs]
     out = run_torchrun(["train", str(DEMO_RECIPE), *two])
     assert "fresh run from base weights (diffusers transformer)" in out.stdout
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, "--set", "trainer.max_iter=6"])
     assert "at step 4" in resumed.stdout and "world size 1" in resumed.stdout
+
+
+def test_mixed_modes_average_over_every_ranks_samples(demo_root, tmp_path):
+    """model.mode = "mixed": a rank may draw only inverse-dynamics samples (no noisy video) while the
+    other draws policy ones. The video loss is the mean over all ranks' samples with noisy video, as in
+    one process, not the mean of per-rank means (an all-reduce of the counts)."""
+    mixed = ["--set", 'model.mode="mixed"', "--set", "model.mode_weights.inverse_dynamics=1.0"]
+    two = quick_overrides(demo_root, tmp_path, "two", 4, 4) + ["--set", "trainer.samples_per_step=2", *mixed]
+    one = quick_overrides(demo_root, tmp_path, "one", 4, 4) + ["--set", "trainer.samples_per_step=4", *mixed]
+    run_torchrun(["train", str(DEMO_RECIPE), *two])
+    train_in_process([str(DEMO_RECIPE), *one])
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
+    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
+    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
+    for key in single:
+        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
 
 
 def test_two_process_checkpoints_record_every_rank_and_a_damaged_rank_shard_is_found(demo_root, tmp_path):

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from wamkit.model.cosmos3 import build_transformer, set_trainable
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.train.parallel import parallelize
 
 

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli, train_in_process
 
 AGENT_TIMEOUT_S = 600
 
@@ -55,7 +55,7 @@ def test_two_nodes_with_hsdp_match_one_process_and_resume_on_one_node(demo_root,
     agents = _two_node_run(["train", str(DEMO_RECIPE), *two])
     printed = "".join(a.stdout for a in agents)
     assert printed.count("world size 2, global batch 4") == 1  # rank 0 alone prints, on whichever agent it landed
-    run_cli(["train", str(DEMO_RECIPE), *one])
+    train_in_process([str(DEMO_RECIPE), *one])
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "nodes")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
     saved = json.loads((tmp_path / "nodes" / "checkpoints" / "iter_000000004" / "wamkit_complete.json").read_text())
     assert saved["world_size"] == 2
@@ -69,7 +69,7 @@ def test_two_nodes_with_hsdp_match_one_process_and_resume_on_one_node(demo_root,
     one_node = ["--set", "parallel.data_parallel_replicate_degree=1", "--set", "trainer.grad_accum_iter=2"]
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, *six, *one_node])
     assert "at step 4" in resumed.stdout and "world size 1, global batch 4" in resumed.stdout
-    run_cli(["train", str(DEMO_RECIPE), *one, *six])
+    train_in_process([str(DEMO_RECIPE), *one, *six])
     losses = _losses(tmp_path / "nodes")
     assert len(losses) == 6
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)

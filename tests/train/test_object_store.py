@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli, train_in_process
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 from wamkit.train.faults import KILL_RANK_DURING_SAVE
@@ -88,8 +88,8 @@ def test_a_run_in_s3_survives_a_rank_killed_mid_save_and_resumes_on_another_worl
     out = run_cli(["train", str(DEMO_RECIPE), *two, *one_rank])
     assert "at step 4" in out.stdout and "world size 1, global batch 4" in out.stdout
     local = quick_overrides(demo_root, tmp_path, "local", 4, 2)
-    run_cli(["train", str(DEMO_RECIPE), *local])
-    run_cli(["train", str(DEMO_RECIPE), *local, "--set", "trainer.max_iter=6"])
+    train_in_process([str(DEMO_RECIPE), *local])  # the one-process reference, in this process
+    train_in_process([str(DEMO_RECIPE), *local, "--set", "trainer.max_iter=6"])
     in_bucket = _losses(fs.cat(f"{run}/metrics.jsonl").decode())
     assert len(in_bucket) == 6 and fs.exists(f"{run}/resolved_config.json")
     events = [p for p in fs.find(f"{run}/tensorboard") if "tfevents" in p]

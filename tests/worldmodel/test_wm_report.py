@@ -117,7 +117,7 @@ def test_rollouts_sample_flex_runs_with_per_sample():
 
 def test_eval_wm_attention_override(fd_run, tmp_path):
     """`eval wm --attention sdpa` samples with dense masks: the same report numbers as the default."""
-    from wamkit.model.packing import PackedAttention, PerSampleAttention
+    from wamkit.model.attention import PackedAttention, PerSampleAttention
 
     run_dir, data = fd_run
     assert type(WorldModel.from_path(run_dir, attention="sdpa").processor) is PackedAttention

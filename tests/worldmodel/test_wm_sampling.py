@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from wamkit.model.cosmos3 import build_transformer
-from wamkit.model.packing import install_packed_attention
+from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.tokenizer import ByteTokenizer, PixelTokenizer
 from wamkit.worldmodel.sampling import SEED_EVAL_SETTING, sample_video
 

@@ -260,7 +260,7 @@ class _BundleInfo:  # what RunData.dataset is asked for (fps, root)
 
 def build_bundle_run_data(cfg):
     """RunData for wamkit.train (Trainer and DistillTrainer) from a bundle at data.path."""
-    from wamkit.train.setup import RunData
+    from wamkit.data.run_data import RunData
 
     bundle = open_bundle(cfg.data.resolved_path())
     if cfg.data.normalization != "asinh":

@@ -4,11 +4,11 @@ wamkit reads a recipe, so a knob that is documented is a knob that reaches the c
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wamkit.config.lerobot_home import check_repo_id
+from wamkit.config.env import ENV_PATH_FIELDS, _empty_fix, _from_env, expand_fields, resolved
 from wamkit.errors import ConfigError
 from wamkit.storage import check_url, is_remote, location
 
@@ -90,7 +90,7 @@ class DataConfig:
             from wamkit.config.lerobot_home import resolve_repo_id
 
             return resolve_repo_id(self.repo_id)
-        return Path(expand_env(self.path, "data.path")).expanduser()
+        return Path(resolved(self, "path")).expanduser()
 
 
 @dataclass
@@ -347,7 +347,7 @@ class ExperimentConfig:
             if getattr(self.trainer, name) <= 0:
                 raise ConfigError(f"trainer.{name}", f"is {getattr(self.trainer, name)}; it must be positive",
                                   f"--set trainer.{name}={getattr(TrainerConfig(), name)}")
-        from wamkit.train.schedule import check_schedule  # torch-free
+        from wamkit.config.schedule import check_schedule  # torch-free
 
         check_schedule(self.scheduler, self.trainer.max_iter)
         for name in ("video_prediction", "action_prediction"):
@@ -388,24 +388,19 @@ class ExperimentConfig:
         return self
 
     def _resolve_env(self) -> dict[str, str]:
-        """Expand the ${VAR} references of the path fields whose variables are set (an empty one
-        included), so the run records the paths it used and `checkpoint.load_path = "${BASE_CHECKPOINT_PATH}"`
-        with BASE_CHECKPOINT_PATH= (empty) means random init. A reference to an unset variable stays
-        as written: a dry run or a listing needs no environment, and the code that opens the path
-        raises the field's error (expand_env) when it is needed. Returns {field: value as written}
-        of the fields it expanded."""
+        """Expand the ${VAR} references of the path fields, once, at load: every layer then reads the
+        values as they are, and the run records the paths it used (`checkpoint.load_path =
+        "${BASE_CHECKPOINT_PATH}"` with BASE_CHECKPOINT_PATH= (empty) means random init). A reference to an
+        unset variable stays as written with its error recorded: a dry run or a listing needs no
+        environment, and `resolved(section, key)` raises the error where the path is needed. Returns
+        {field: value as written} of the fields it expanded."""
         raw = {}
+        sections: dict[str, list[str]] = {}
         for dotted in ENV_PATH_FIELDS:
             section, key = dotted.split(".")
-            node = getattr(self, section)
-            text = getattr(node, key)
-            if "$" not in text:
-                continue
-            try:
-                setattr(node, key, expand_env(text, dotted))
-            except ConfigError:
-                continue
-            raw[dotted] = text
+            sections.setdefault(section, []).append(key)
+        for section, keys in sections.items():
+            raw.update(expand_fields(getattr(self, section), section, keys))
         return raw
 
     def _validate_modes_and_lora(self) -> None:
@@ -435,87 +430,6 @@ class ExperimentConfig:
                 "clean action rows no usable conditioning)",
                 "set lora.train_action_pathway = true, or train another mode",
             )
-
-
-_ENV_REF = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-_VAR_REF = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-
-# The fields whose ${VAR} references are expanded, and what each must point at: the fix of an unset
-# variable is derived from the field it feeds, never from the variable's name.
-ENV_PATH_FIELDS = {
-    "data.path": ("/path/to/dataset", "a LeRobot v3.0 dataset root or a sim-bimanual bundle directory; "
-                  "`wamkit data synth <schema> DIR` writes a synthetic one"),
-    "data.keep_ranges_path": ("/path/to/keep_ranges.json", "a keep-ranges JSON file; or --set data.keep_ranges_path='' "
-                              "to train on every window"),
-    "data.latent_cache": ("/path/to/latent_cache", "a directory written by `wamkit data cache-latents`; or "
-                          "--set data.latent_cache='' to decode video"),
-    "model.vae_path": ("/path/to/wan22_vae", "a diffusers AutoencoderKLWan directory: config.json + safetensors"),
-    "checkpoint.load_path": ("/path/to/Cosmos3-Nano", "a Cosmos3 diffusers dir or reference safetensors, or a wamkit "
-                             "runs/<name>/checkpoints/iter_<N> dir; for random init (wamkit train) export {var}= (empty) "
-                             "or --set checkpoint.load_path=''"),
-}
-_DISTILL_FIX = ("runs/<name>/checkpoints/iter_<N>", "a completed wamkit iteration directory of the previous stage")
-
-
-def env_fix(field_name: str, var: str, alternatives: tuple[str, ...] = ()) -> str:
-    """The fix line of an unset ${var} in `field_name`: what to export, and what the value must be."""
-    example, what = ENV_PATH_FIELDS.get(field_name) or (_DISTILL_FIX if field_name.startswith("distill.") else (f"<{field_name}>", ""))
-    fix = f"export {var}={example}"
-    if alternatives:
-        fix += " (or " + ", ".join(f"{a}=..." for a in alternatives) + ")"
-    if what:
-        fix += f"  ({what.format(var=var)})"
-    return fix
-
-
-def expand_env(text: str, field_name: str) -> str:
-    """Expand ${VAR} and ${VAR:-fallback} (the fallback may itself be $OTHER) as a shell does: a set
-    variable, even an empty one, gives its value; ${VAR:-fallback} takes the fallback when VAR is unset
-    or empty. A variable that is unset with no fallback that resolves is an error naming the variable,
-    the field and what the field must point at: an unset variable is a forgotten export, and an
-    expansion to "" would silently point somewhere else."""
-
-    def one(match: re.Match) -> str:
-        name, fallback = match.group(1), match.group(2)
-        value = os.environ.get(name)
-        if fallback is None:
-            if value is not None:
-                return value
-            raise ConfigError(field_name, f"uses ${{{name}}}, which is not set", env_fix(field_name, name))
-        if value:
-            return value
-        unset = [a or b for a, b in _VAR_REF.findall(fallback) if (a or b) not in os.environ]
-        if not unset:
-            return os.path.expandvars(fallback)
-        state = "is empty" if value is not None else "is not set"
-        raise ConfigError(
-            field_name, f"uses ${{{name}:-{fallback}}}: {name} {state} and the fallback's {', '.join(unset)} "
-            f"{'is' if len(unset) == 1 else 'are'} not set", env_fix(field_name, name, tuple(unset)),
-        )
-
-    return _ENV_REF.sub(one, text)
-
-
-def env_references(text: str) -> list[str]:
-    """Every variable a field value reads, fallbacks included, in order."""
-    names = []
-    for match in _ENV_REF.finditer(text):
-        names.append(match.group(1))
-        names.extend(a or b for a, b in _VAR_REF.findall(match.group(2) or ""))
-    return names
-
-
-def _from_env(raw: dict[str, str], field_name: str) -> str:
-    return f" ({raw[field_name]} with {', '.join(env_references(raw[field_name]))} set but empty)" if field_name in raw else ""
-
-
-def _empty_fix(raw: dict[str, str], field_name: str) -> str:
-    """The fix of a required path field left empty: export its variable, or set the field."""
-    names = env_references(raw.get(field_name, ""))
-    if names:
-        return env_fix(field_name, names[0], tuple(names[1:]))
-    example, what = ENV_PATH_FIELDS[field_name]
-    return f"--set {field_name}={example}  ({what})"
 
 
 def _choice(field_name: str, value: str, allowed: tuple[str, ...]) -> None:

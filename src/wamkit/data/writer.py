@@ -44,21 +44,13 @@ def compute_stats(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.nd
 
 def encode_video(path: Path, frames: np.ndarray, fps: int, encoder: str) -> None:
     """Encode frames [N,H,W,3] as yuv420p mp4 with frame i at pts i/fps."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if encoder == "libsvtav1":
-        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its full config at info level otherwise
-    with av.open(str(path), mode="w") as container:
-        stream = container.add_stream(encoder, rate=fps)
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.time_base = Fraction(1, fps)
-        stream.codec_context.gop_size = 2 * fps
-        stream.options = {"crf": "10", "preset": "veryfast"} if encoder == "libx264" else {"crf": "12", "preset": "8"}
-        for i, img in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
-            frame.pts = i
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
+    video = _VideoStream(path, frames.shape[1:3], fps, encoder)
+    try:
+        video.add(frames)
+        video.close()
+    except BaseException:
+        video.container.close()
+        raise
 
 
 def write_table(path: Path, columns: dict[str, pa.Array]) -> None:
@@ -89,28 +81,57 @@ class RecordedEpisode:
         return self.frames if isinstance(self.frames, dict) else {default_key: self.frames}
 
 
-def _check_episodes(episodes: Sequence[RecordedEpisode], camera_key: str) -> tuple[int, int, dict[str, tuple[int, int]]]:
-    """(state dim, action dim, camera key -> (H, W)), after checking every episode agrees."""
-    if not episodes:
-        raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
-    ds, da = episodes[0].states.shape[1], episodes[0].actions.shape[1]
-    sizes = {k: f.shape[1:3] for k, f in episodes[0].camera_frames(camera_key).items()}
-    for i, e in enumerate(episodes):
-        n = len(e.states)
-        cams = e.camera_frames(camera_key)
-        if n < 1 or e.states.shape != (n, ds) or e.actions.shape != (n, da) or set(cams) != set(sizes) or any(
-                f.shape != (n, *sizes[k], 3) for k, f in cams.items()):
-            raise DataError(f"write_lerobot_dataset: episode {i}", f"inconsistent shapes states {e.states.shape} "
-                            f"actions {e.actions.shape} frames {({k: f.shape for k, f in cams.items()})}",
-                            "record rows of equal length and size, with the same cameras")
-        if any(f.dtype != np.uint8 for f in cams.values()):
-            raise DataError(f"write_lerobot_dataset: episode {i}", "frames are not uint8", "pass uint8 frames")
-        if not (np.all(np.isfinite(e.states)) and np.all(np.isfinite(e.actions))):
-            raise DataError(f"write_lerobot_dataset: episode {i}", "NaN/inf in states or actions", "drop the episode")
+def _check_episode(i: int, e: RecordedEpisode, camera_key: str, ds: int, da: int, sizes: dict) -> None:
+    """Episode `i` against the layout the first episode set (state dim, action dim, camera sizes)."""
+    n = len(e.states)
+    cams = e.camera_frames(camera_key)
+    if n < 1 or e.states.shape != (n, ds) or e.actions.shape != (n, da) or set(cams) != set(sizes) or any(
+            f.shape != (n, *sizes[k], 3) for k, f in cams.items()):
+        raise DataError(f"write_lerobot_dataset: episode {i}", f"inconsistent shapes states {e.states.shape} "
+                        f"actions {e.actions.shape} frames {({k: f.shape for k, f in cams.items()})}",
+                        "record rows of equal length and size, with the same cameras")
+    if any(f.dtype != np.uint8 for f in cams.values()):
+        raise DataError(f"write_lerobot_dataset: episode {i}", "frames are not uint8", "pass uint8 frames")
+    if not (np.all(np.isfinite(e.states)) and np.all(np.isfinite(e.actions))):
+        raise DataError(f"write_lerobot_dataset: episode {i}", "NaN/inf in states or actions", "drop the episode")
+
+
+def _layout(first: RecordedEpisode, camera_key: str) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    """(state dim, action dim, camera key -> (H, W)) of the first episode, every later one must match."""
+    ds, da = first.states.shape[1], first.actions.shape[1]
+    sizes = {k: tuple(f.shape[1:3]) for k, f in first.camera_frames(camera_key).items()}
     for key, (h, w) in sizes.items():
         if h % 2 or w % 2:
             raise DataError(f"write_lerobot_dataset: {key}", f"frame size {h}x{w} is odd", "yuv420p needs even sizes")
     return ds, da, sizes
+
+
+class _VideoStream:
+    """One mp4 being written frame by frame (yuv420p, frame i at pts i/fps), as encode_video writes it whole."""
+
+    def __init__(self, path: Path, size: tuple[int, int], fps: int, encoder: str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if encoder == "libsvtav1":
+            os.environ.setdefault("SVT_LOG", "1")
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream(encoder, rate=fps)
+        self.stream.width, self.stream.height = size[1], size[0]
+        self.stream.pix_fmt = "yuv420p"
+        self.stream.codec_context.time_base = Fraction(1, fps)
+        self.stream.codec_context.gop_size = 2 * fps
+        self.stream.options = {"crf": "10", "preset": "veryfast"} if encoder == "libx264" else {"crf": "12", "preset": "8"}
+        self.pts = 0
+
+    def add(self, frames: np.ndarray) -> None:
+        for img in frames:
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame.pts = self.pts
+            self.pts += 1
+            self.container.mux(self.stream.encode(frame))
+
+    def close(self) -> None:
+        self.container.mux(self.stream.encode(None))
+        self.container.close()
 
 
 def _widen_constant(stats: dict, key: str, bounds: tuple[Sequence[float], Sequence[float]] | None) -> list[int]:
@@ -140,98 +161,164 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
                           state_bounds=None, action_bounds=None, extra_info: dict | None = None,
                           codec: str = "h264", tasks: Sequence[str] | None = None) -> dict:
     """Write `episodes` as a LeRobot v3.0 dataset (H.264 video), atomically (temp dir, then rename).
-    Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds."""
-    out_dir = Path(out_dir)
-    ds, da, sizes = _check_episodes(episodes, camera_key)
-    if len(state_names) != ds or len(action_names) != da:
-        raise DataError("write_lerobot_dataset", f"names ({len(state_names)} state, {len(action_names)} action) do not "
-                        f"match the data ({ds}, {da})", "pass one name per channel")
-    if int(round(fps)) != fps or fps < 1:
-        raise DataError("write_lerobot_dataset: fps", f"{fps} is not a positive integer", "record at an integer rate")
-    fps = int(fps)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise DataError(str(out_dir), "already exists and is not an empty directory",
-                        "delete it or choose another output directory")
-    if codec not in ENCODERS:
-        raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
-    encoder, codec_name = ENCODERS[codec]
-    used = {e.task for e in episodes}
-    tasks = list(tasks) if tasks is not None else sorted(used)
-    if not used <= set(tasks):
-        raise DataError("write_lerobot_dataset: tasks", f"episodes use tasks not listed: {sorted(used - set(tasks))}", "list every task")
-    task_index = {t: i for i, t in enumerate(tasks)}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds.
+    For episodes that arrive one at a time (a recording), `LeRobotWriter` holds one episode's frames at once."""
+    if not episodes:
+        raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
+    writer = LeRobotWriter(out_dir, fps, state_names=state_names, action_names=action_names, robot_type=robot_type,
+                           camera_key=camera_key, episodes_per_file=episodes_per_file, state_bounds=state_bounds,
+                           action_bounds=action_bounds, extra_info=extra_info, codec=codec,
+                           tasks=tasks if tasks is not None else sorted({e.task for e in episodes}))
     try:
-        first_ep = first_index = 0
-        for file_no, start in enumerate(range(0, len(episodes), episodes_per_file)):
-            group = episodes[start:start + episodes_per_file]
-            chunk, fidx = divmod(file_no, CHUNKS_SIZE)
-            lengths = [len(e.states) for e in group]
-            n = sum(lengths)
-            frame_index = np.concatenate([np.arange(k) for k in lengths])
-            write_table(tmp / DATA_PATH.format(chunk_index=chunk, file_index=fidx), {
-                "observation.state": vector_column(np.concatenate([e.states for e in group]).astype(np.float32)),
-                "action": vector_column(np.concatenate([e.actions for e in group]).astype(np.float32)),
-                "timestamp": pa.array((frame_index / fps).astype(np.float32)),
-                "frame_index": pa.array(frame_index, pa.int64()),
-                "episode_index": pa.array(np.repeat(np.arange(first_ep, first_ep + len(group)), lengths), pa.int64()),
-                "index": pa.array(np.arange(first_index, first_index + n), pa.int64()),
-                "task_index": pa.array(np.repeat([task_index[e.task] for e in group], lengths), pa.int64()),
-            })
+        for episode in episodes:
+            writer.add(episode)
+        return writer.finish()
+    finally:
+        writer.abort()
+
+
+class LeRobotWriter:
+    """A LeRobot v3.0 dataset written episode by episode: each episode's frames go to the open video
+    file of its group (`episodes_per_file` episodes per data/video file) as it arrives, so memory holds
+    one episode's frames, plus every episode's states and actions (for the stats: [frames, D] floats).
+    `finish` writes tasks, stats and info.json (last: it marks a complete dataset) and renames the temp
+    directory into place; `abort` (a no-op after finish) removes it."""
+
+    def __init__(self, out_dir: str | Path, fps: float, *, state_names: Sequence[str], action_names: Sequence[str],
+                 robot_type: str, tasks: Sequence[str], camera_key: str = DEFAULT_CAMERA_KEY, episodes_per_file: int = 16,
+                 state_bounds=None, action_bounds=None, extra_info: dict | None = None, codec: str = "h264"):
+        out_dir = Path(out_dir)
+        if int(round(fps)) != fps or fps < 1:
+            raise DataError("write_lerobot_dataset: fps", f"{fps} is not a positive integer", "record at an integer rate")
+        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            raise DataError(str(out_dir), "already exists and is not an empty directory",
+                            "delete it or choose another output directory")
+        if codec not in ENCODERS:
+            raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+        self.out_dir, self.fps, self.camera_key = out_dir, int(fps), camera_key
+        self.state_names, self.action_names, self.robot_type = list(state_names), list(action_names), robot_type
+        self.episodes_per_file, self.bounds = int(episodes_per_file), (state_bounds, action_bounds)
+        self.extra_info, self.tasks = extra_info, list(tasks)
+        self.encoder, self.codec_name = ENCODERS[codec]
+        self.task_index = {t: i for i, t in enumerate(self.tasks)}
+        self.layout: tuple[int, int, dict[str, tuple[int, int]]] | None = None
+        self.states: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.group: list[tuple[RecordedEpisode, int]] = []  # (episode without frames, length) of the open file
+        self.videos: dict[str, _VideoStream] = {}
+        self.file_no = self.first_ep = self.first_index = 0
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+
+    def add(self, episode: RecordedEpisode) -> None:
+        i = len(self.states)
+        if self.layout is None:
+            self.layout = _layout(episode, self.camera_key)
+            ds, da, _ = self.layout
+            if len(self.state_names) != ds or len(self.action_names) != da:
+                raise DataError("write_lerobot_dataset", f"names ({len(self.state_names)} state, {len(self.action_names)} "
+                                f"action) do not match the data ({ds}, {da})", "pass one name per channel")
+        _check_episode(i, episode, self.camera_key, *self.layout)
+        if episode.task not in self.task_index:
+            raise DataError("write_lerobot_dataset: tasks", f"episodes use tasks not listed: {[episode.task]}", "list every task")
+        chunk, fidx = divmod(self.file_no, CHUNKS_SIZE)
+        for key, frames in episode.camera_frames(self.camera_key).items():
+            if key not in self.videos:
+                self.videos[key] = _VideoStream(self.tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
+                                                self.layout[2][key], self.fps, self.encoder)
+            self.videos[key].add(frames)
+        self.states.append(np.asarray(episode.states))
+        self.actions.append(np.asarray(episode.actions))
+        self.group.append((RecordedEpisode(episode.task, episode.states, episode.actions, frames={}), len(episode.states)))
+        if len(self.group) == self.episodes_per_file:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        """The data parquet and episode metadata of the open group; its videos are complete."""
+        if not self.group:
+            return
+        for video in self.videos.values():
+            video.close()
+        self.videos = {}
+        fps, sizes = self.fps, self.layout[2]
+        group, lengths = [e for e, _ in self.group], [k for _, k in self.group]
+        chunk, fidx = divmod(self.file_no, CHUNKS_SIZE)
+        first_ep, first_index, n = self.first_ep, self.first_index, sum(lengths)
+        frame_index = np.concatenate([np.arange(k) for k in lengths])
+        write_table(self.tmp / DATA_PATH.format(chunk_index=chunk, file_index=fidx), {
+            "observation.state": vector_column(np.concatenate([e.states for e in group]).astype(np.float32)),
+            "action": vector_column(np.concatenate([e.actions for e in group]).astype(np.float32)),
+            "timestamp": pa.array((frame_index / fps).astype(np.float32)),
+            "frame_index": pa.array(frame_index, pa.int64()),
+            "episode_index": pa.array(np.repeat(np.arange(first_ep, first_ep + len(group)), lengths), pa.int64()),
+            "index": pa.array(np.arange(first_index, first_index + n), pa.int64()),
+            "task_index": pa.array(np.repeat([self.task_index[e.task] for e in group], lengths), pa.int64()),
+        })
+        rows, offset = [], 0
+        for j, (ep, k) in enumerate(zip(group, lengths)):
+            row = {"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
+                   "data/chunk_index": chunk, "data/file_index": fidx,
+                   "dataset_from_index": first_index + offset, "dataset_to_index": first_index + offset + k,
+                   "meta/episodes/chunk_index": chunk, "meta/episodes/file_index": fidx}
             for key in sizes:
-                encode_video(tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
-                              np.concatenate([e.camera_frames(camera_key)[key] for e in group]), fps, encoder)
-            rows, offset = [], 0
-            for j, (ep, k) in enumerate(zip(group, lengths)):
-                row = {"episode_index": first_ep + j, "tasks": [ep.task], "length": k,
-                       "data/chunk_index": chunk, "data/file_index": fidx,
-                       "dataset_from_index": first_index + offset, "dataset_to_index": first_index + offset + k,
-                       "meta/episodes/chunk_index": chunk, "meta/episodes/file_index": fidx}
-                for key in sizes:
-                    row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": fidx,
-                                f"videos/{key}/from_timestamp": offset / fps, f"videos/{key}/to_timestamp": (offset + k) / fps})
-                rows.append(row)
-                offset += k
-            write_table(tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
-            first_ep += len(group)
-            first_index += n
+                row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": fidx,
+                            f"videos/{key}/from_timestamp": offset / fps, f"videos/{key}/to_timestamp": (offset + k) / fps})
+            rows.append(row)
+            offset += k
+        write_table(self.tmp / EPISODES_PATH.format(chunk_index=chunk, file_index=fidx), pa.Table.from_pylist(rows))
+        self.first_ep += len(group)
+        self.first_index += n
+        self.file_no += 1
+        self.group = []
+
+    def finish(self) -> dict:
+        if not self.states:
+            raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
+        self._close_file()
+        fps, tasks, (ds, da, sizes) = self.fps, self.tasks, self.layout
+        tmp, total = self.tmp, len(self.states)
         write_table(tmp / "meta" / "tasks.parquet",
-                     {"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks)})
-        stats = compute_stats({"observation.state": np.concatenate([e.states for e in episodes]),
-                               "action": np.concatenate([e.actions for e in episodes])})
-        widened = {"observation.state": _widen_constant(stats, "observation.state", state_bounds),
-                   "action": _widen_constant(stats, "action", action_bounds)}
+                    {"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks)})
+        stats = compute_stats({"observation.state": np.concatenate(self.states), "action": np.concatenate(self.actions)})
+        widened = {"observation.state": _widen_constant(stats, "observation.state", self.bounds[0]),
+                   "action": _widen_constant(stats, "action", self.bounds[1])}
         (tmp / "meta" / "stats.json").write_text(json.dumps(
             {k: {f: np.asarray(v).tolist() for f, v in s.items()} for k, s in stats.items()}, indent=2))
         scalar = {"shape": [1], "names": None}
         info = {
-            "codebase_version": "v3.0", "robot_type": robot_type,
-            "total_episodes": len(episodes), "total_frames": first_index, "total_tasks": len(tasks),
+            "codebase_version": "v3.0", "robot_type": self.robot_type,
+            "total_episodes": total, "total_frames": self.first_index, "total_tasks": len(tasks),
             "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
-            "fps": fps, "splits": {"train": f"0:{len(episodes)}"},
+            "fps": fps, "splits": {"train": f"0:{total}"},
             "data_path": DATA_PATH, "video_path": VIDEO_PATH,
             "features": {
                 **{key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
-                         "info": {"video.height": h, "video.width": w, "video.codec": codec_name,
+                         "info": {"video.height": h, "video.width": w, "video.codec": self.codec_name,
                                   "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
                                   "video.channels": 3, "has_audio": False}}
                    for key, (h, w) in sizes.items()},
-                "observation.state": {"dtype": "float32", "shape": [ds], "names": list(state_names)},
-                "action": {"dtype": "float32", "shape": [da], "names": list(action_names)},
+                "observation.state": {"dtype": "float32", "shape": [ds], "names": self.state_names},
+                "action": {"dtype": "float32", "shape": [da], "names": self.action_names},
                 "timestamp": {"dtype": "float32", **scalar}, "frame_index": {"dtype": "int64", **scalar},
                 "episode_index": {"dtype": "int64", **scalar}, "index": {"dtype": "int64", **scalar},
                 "task_index": {"dtype": "int64", **scalar},
             },
         }
-        if extra_info:
-            info.update(extra_info)
+        if self.extra_info:
+            info.update(self.extra_info)
         # info.json last: its presence marks a complete dataset
         (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=2))
-        if out_dir.exists():
-            out_dir.rmdir()
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return {"widened_channels": widened}
+        if self.out_dir.exists():
+            self.out_dir.rmdir()
+        tmp.rename(self.out_dir)
+        return {"widened_channels": widened}
+
+    def abort(self) -> None:
+        for video in self.videos.values():
+            try:
+                video.container.close()
+            except Exception:  # noqa: BLE001 - cleaning up after another error
+                pass
+        self.videos = {}
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)

@@ -7,7 +7,8 @@ Modes (which tokens are clean conditioning and which are noisy targets), per sam
   inverse_dynamics  every video latent frame + the state row clean; the action chunk noisy; no video loss.
   mixed             one of the three per sample, drawn with the mode weights from that sample's generator.
 Clean tokens get no noise, no timestep embedding and no loss. Each loss averages over the samples
-that have that modality noisy (0 when none has). Padded action channels carry neither noise nor loss."""
+that have that modality noisy (0 when none has), over all ranks' samples in mixed mode. Padded action
+channels carry neither noise nor loss."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
-from wamkit.model.packing import SequenceSample, hold_layout, install_packed_attention, pack_samples
-from wamkit.train.flops import generation_weights_train, sequence_flops
+from wamkit.model.attention import hold_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.flops import generation_weights_train, sequence_flops
+from wamkit.model.packing import SequenceSample, pack_samples
 
 
 @dataclass
@@ -49,7 +52,7 @@ class ModeObjective:
         if mode == "mixed" and ((self.mode_weights < 0).any() or self.mode_weights.sum() <= 0):
             raise ValueError(f"mode weights {mode_weights} must be >= 0 with a positive sum")
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
-        self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.train.flops)
+        self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
@@ -59,6 +62,7 @@ class ModeObjective:
         self.prompt_template = prompt_template
         self.fps = fps
         self.processor = install_packed_attention(model, attention)
+        self._record_head_outputs(model)
         self.text_multiple = int(text_multiple)  # pack_samples' filler: a few pack lengths for compiled code
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
         self.video_residual = bool(getattr(diffusion_cfg, "video_residual", False))
@@ -187,11 +191,55 @@ class ModeObjective:
             if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
                 err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]
                 action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1) * target["action_weight"])
-        zero = torch.zeros((), device=out.sample[0].device)
-        video = torch.stack(video_terms).mean() if video_terms else zero
-        action = torch.stack(action_terms).mean() if action_terms else zero
+        counts = self._world_counts(len(video_terms), len(action_terms), out.sample[0][0].device)
+        # A modality no sample of this step predicts gets a loss of exactly 0 through its output head run on
+        # no tokens, so the head still has a (zero) gradient: under FSDP2 a rank whose samples leave a head
+        # unused would reduce fewer gradients than the others, and the collectives disagree (gloo aborts).
+        video = self._mean(video_terms, counts, 1) if video_terms else self._head_anchor("proj_out")
+        action = self._mean(action_terms, counts, 2) if action_terms else self._head_anchor("action_proj_out")
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
         return StepLosses(total=total, video=video.detach(), action=action.detach())
+
+    @staticmethod
+    def _mean(terms: list[torch.Tensor], counts: tuple[int, int, int] | None, which: int) -> torch.Tensor:
+        """The mean of this rank's terms, or with `counts` (world, n_video, n_action) its share of the mean
+        over every rank's terms (mixed mode under FSDP, see _world_counts)."""
+        if counts is None:
+            return torch.stack(terms).mean()
+        return torch.stack(terms).sum() * (counts[0] / max(counts[which], 1))
+
+    def _head_anchor(self, name: str) -> torch.Tensor:
+        """0, with a zero gradient for every parameter of head `name`: the head's output of this forward
+        (rows of noisy tokens only, none here) times 0, recorded by _record_head_outputs."""
+        return self._head_outputs[name].float().sum() * 0.0
+
+    def _record_head_outputs(self, model) -> None:
+        """Keep the latest output of each output head (inside the forward: under FSDP2 the heads'
+        weights exist whole only there)."""
+        self._head_outputs: dict[str, torch.Tensor] = {}
+        for name in ("proj_out", "action_proj_out"):
+            head = getattr(model, name, None)
+            if head is not None:
+                head.register_forward_hook(lambda module, args, out, name=name: self._head_outputs.__setitem__(name, out))
+
+    def _world_counts(self, n_video: int, n_action: int, device) -> tuple[int, int, int] | None:
+        """In mixed mode ranks hold different mixes (one rank's samples may all be inverse dynamics), and
+        FSDP averages the ranks' gradients: a mean per rank would weigh a sample by 1 / (its rank's count).
+        So each rank's loss is its sum x world / (the count over all ranks), whose average over ranks is
+        the one-process mean. (world, video count, action count) summed over the default group, or None
+        in one process, for fixed modes (every rank's counts are its batch size) and unsharded models
+        (a bundle's one-sample check runs on one rank)."""
+        import torch.distributed as dist
+
+        if self.mode != "mixed" or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return None
+        if getattr(self, "_sharded", None) is None:  # FSDP2 parameters are DTensors (frozen ones may be replicated)
+            self._sharded = any(hasattr(p, "device_mesh") for p in self.model.parameters())
+        if not self._sharded:  # nothing averages gradients across ranks
+            return None
+        counts = torch.tensor([float(n_video), float(n_action)], dtype=torch.float64, device=device)
+        dist.all_reduce(counts)  # context-parallel ranks count their (shared) samples k times, and world holds k x dp
+        return dist.get_world_size(), int(counts[0].item()), int(counts[1].item())
 
 
 def tensor_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wamkit.config.loader import _apply_override, _merge, read_recipe
+from wamkit.config.env import expand_fields
 from wamkit.config.schema import ExperimentConfig
 from wamkit.errors import ConfigError
 
@@ -42,6 +43,7 @@ class DistillConfig:
     critic_lr: float = 0.0
 
     def validate(self, cfg: ExperimentConfig) -> "DistillConfig":
+        expand_fields(self, "distill", ("teacher_path", "reference_path", "critic_path"))  # once, at load
         if self.method not in METHODS:
             raise ConfigError("distill.method", f"{self.method!r} is not one of {list(METHODS)}", "use tf_dcm (stage 2) or sf_dmd (stage 3)")
         if self.student_steps < 1:

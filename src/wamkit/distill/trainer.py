@@ -46,12 +46,14 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import config_to_dict, format_config
-from wamkit.config.schema import expand_env
+from wamkit.config.env import resolved
 from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict
 from wamkit.errors import CheckpointError, ConfigError
-from wamkit.model.packing import SequenceSample, attention_backend, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import attention_backend, install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.ema import EMA
@@ -60,7 +62,7 @@ from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
 from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.train.base_identity import require_full_weights
-from wamkit.train.schedule import build_schedule
+from wamkit.config.schedule import build_schedule
 from wamkit.model.materialize import materialize
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)
@@ -71,9 +73,9 @@ DISTILL_CONFIG = "distill_config.json"
 EXIT_STEP_OFFSET = 1 << 41  # stream positions of the shared exit-step draws: apart from every sample's and validation's
 
 
-def frozen_source(path: str, what: str) -> Path:
-    """A teacher / reference / critic path: a completed wamkit iteration directory."""
-    where = Path(expand_env(path, f"distill.{what}_path")).expanduser()
+def frozen_source(dcfg, what: str) -> Path:
+    """A teacher / reference / critic path (`distill.<what>_path`): a completed wamkit iteration directory."""
+    where = Path(resolved(dcfg, f"{what}_path")).expanduser()
     if not (where / ckpt.COMPLETE_MARKER).is_file():
         raise ConfigError(f"distill.{what}_path", f"{where} is not a completed wamkit iteration directory", "point at runs/<name>/checkpoints/iter_<N>")
     require_full_weights(where, ckpt.read_marker(where), what)
@@ -135,10 +137,10 @@ class DistillTrainer:
         self.ema_model = self._place("ema", None, frozen=True)
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if dcfg.method == "tf_dcm":
-            self.teacher = self._place("teacher", self._from(dcfg.teacher_path, "teacher"), frozen=True)
+            self.teacher = self._place("teacher", self._from(dcfg, "teacher"), frozen=True)
         else:
-            self.reference = self._place("reference", self._from(dcfg.reference_path, "reference"), frozen=True)
-            self.critic = self._place("critic", self._from(dcfg.critic_path, "critic"))
+            self.reference = self._place("reference", self._from(dcfg, "reference"), frozen=True)
+            self.critic = self._place("critic", self._from(dcfg, "critic"))
             critic_opt_cfg = copy.copy(cfg.optimizer)
             if dcfg.critic_lr > 0:
                 critic_opt_cfg.lr = dcfg.critic_lr
@@ -153,9 +155,9 @@ class DistillTrainer:
         """Samples per step over all ranks (trainer.samples_per_step is per rank)."""
         return self.cfg.trainer.samples_per_step * self.ctx.world_size
 
-    def _from(self, path: str, what: str):
+    def _from(self, dcfg, what: str):
         """The loader of a frozen or critic model's weights (checked before anything is built)."""
-        where = frozen_source(path, what)
+        where = frozen_source(dcfg, what)
         return lambda model: load_model_weights(model, where, self.cfg.checkpoint.verify)
 
     def _load_student(self, model) -> None:

@@ -11,7 +11,6 @@ than the one the training data was recorded with to get unseen object/goal place
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -89,18 +88,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _training_resolution(policy) -> int | None:
-    """The camera frame size the policy was trained on, read from its training dataset if still there."""
-    dataset = policy.contract.get("dataset")
-    if not dataset:
+    """The square camera frame size the policy was trained on, from its data contract's `camera_sizes`
+    (the one record of it: the training dataset may be gone or changed since); None when the contract
+    predates camera sizes or the frames are not square."""
+    sizes = policy.contract.get("camera_sizes")
+    if not sizes:
         return None
-    info_file = Path(dataset) / "meta" / "info.json"
-    try:
-        features = json.loads(info_file.read_text())["features"]
-        cams = policy.camera_keys or [k for k, f in features.items() if f.get("dtype") == "video"]
-        h, w = features[cams[0]]["shape"][:2]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-    return int(h) if h == w else None
+    h, w = (int(v) for v in sizes[0])
+    return h if h == w else None
 
 
 def _check_pairing(policy, spec) -> None:
@@ -150,7 +145,8 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     if resolution is None:
         resolution = _training_resolution(policy)
         if resolution is None:
-            raise EvalError("evaluate: resolution", "cannot read the training frame size from the policy's dataset",
+            raise EvalError("evaluate: resolution", "the policy's data contract records no square camera size "
+                            f"(camera_sizes = {policy.contract.get('camera_sizes')})",
                             "pass resolution= (--resolution) equal to the training frame size")
     repeat = control_repeat(spec.fps, policy.fps)  # data recorded with `sim record --action-repeat K`
     if repeat is None and verbose:

@@ -20,7 +20,9 @@ import torch
 
 from wamkit.errors import WamkitError
 from wamkit.model.text_tokenizer import save_text_tokenizer
-from wamkit.model.packing import SequenceSample, install_packed_attention, pack_samples, packed_layout
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import install_packed_attention
+from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.policy.loading import (EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, load_from_checkpoint, load_from_export,
                                    write_file_manifest)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 from diffusers import Cosmos3OmniTransformer
 
-from wamkit.errors import CheckpointError, ConfigError
+from wamkit.errors import ConfigError
+from wamkit.model.weights import ALWAYS_FROZEN, BaseWeights, is_action_head_param, is_generation_param
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,6 @@ PRESETS: dict[str, Preset] = {
     "nano": Preset(36, 4096, 32, 8, 128, 12288, 151936, (24, 20, 20)),
 }
 UNPUBLISHED_PRESETS = ("edge", "super")
-
-# Name fragments of the generation pathway in diffusers' port (everything else is the text pathway).
-GENERATION_MARKERS = (
-    "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "mlp_moe_gen", "_moe_gen", "norm_added_",
-    "proj_in", "proj_out", "time_embedder", "action_", "k_norm_und_for_gen",
-)
-ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed")
-ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break
 
 
 def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int,
@@ -80,14 +73,6 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
     return model
 
 
-def is_generation_param(name: str) -> bool:
-    return any(marker in name for marker in GENERATION_MARKERS)
-
-
-def is_action_head_param(name: str) -> bool:
-    return any(marker in name for marker in ACTION_HEAD_MARKERS)
-
-
 def set_trainable(model: torch.nn.Module, train_text_pathway: bool) -> None:
     """Generation pathway and action heads train; the text pathway only when asked; lm_head never."""
     for name, param in model.named_parameters():
@@ -110,8 +95,6 @@ def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_dom
     everything else loads: either one domain's rows are re-initialised (`fresh_action_domain`), or
     the action modules are not loaded at all (`skip_action_heads`, as the seed recipes do; needed
     when the base was trained with another action width). Returns the format."""
-    from wamkit.model.materialize import BaseWeights
-
     base = BaseWeights(path)
     base.check_matches({k: tuple(v.shape) for k, v in model.state_dict().items()}, skip_action_heads)
     state = {k: base.read(k) for k in base.keys() if not (skip_action_heads and is_action_head_param(k))}

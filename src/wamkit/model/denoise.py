@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from wamkit.model.packing import PackedAttention, SequenceSample, pack_samples, packed_layout
+from wamkit.model.attention import PackedAttention, packed_layout
+from wamkit.model.packing import SequenceSample, pack_samples
 
 _SHIFTED_INDEXES = ("vision_sequence_indexes", "vision_mse_loss_indexes", "action_sequence_indexes", "action_mse_loss_indexes")
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from wamkit.model.packing import PackedAttention, sdpa_attention
+from wamkit.model.attention import PackedAttention, sdpa_attention
 
 _compiled_flex = None
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from wamkit.errors import ConfigError
-from wamkit.model.cosmos3 import ALWAYS_FROZEN, count_parameters, is_action_head_param
+from wamkit.model.cosmos3 import count_parameters
+from wamkit.model.weights import ALWAYS_FROZEN, is_action_head_param
 
 DEFAULT_TARGET_MODULES = ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 ADAPTER_NAME = "default"

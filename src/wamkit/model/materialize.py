@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from pathlib import Path
 
 import torch
 
-from wamkit.errors import CheckpointError
-from wamkit.model.cosmos3 import is_action_head_param
+from wamkit.model.weights import BaseWeights, is_action_head_param
 
 LORA_BASE = ".base_layer"  # peft moves a wrapped layer's own weights under this name
 
@@ -127,68 +125,3 @@ def initial_buffer(modules: dict, name: str, device: torch.device) -> torch.Tens
         dim = int(rope.head_dim)
         return 1.0 / (float(rope.rope_theta) ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
     raise NotImplementedError(f"no rule for buffer {name!r} of {type(owner).__name__}; add one to wamkit.model.materialize")
-
-
-class BaseWeights:
-    """The tensors of a base checkpoint (a diffusers transformer directory or a reference-framework
-    safetensors export, renamed on the way in) by diffusers name, read lazily: whole, or as a slice of
-    rows, straight from the memory-mapped files."""
-
-    def __init__(self, path: str | Path):
-        from safetensors import safe_open
-
-        from wamkit.model.state_dict_adapter import is_reference_state_dict, reference_to_diffusers_key
-
-        path = Path(path)
-        if (path / "transformer").is_dir():
-            path = path / "transformer"
-        files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
-        if not files:
-            raise CheckpointError(str(path), "no *.safetensors files found",
-                                  "point checkpoint.load_path at a diffusers transformer directory or a reference safetensors export")
-        self.path = path
-        self._handles = [safe_open(str(f), framework="pt", device="cpu") for f in files]
-        source = {key: handle for handle in self._handles for key in handle.keys()}
-        self.kind = "diffusers transformer"
-        rename = lambda k: k  # noqa: E731
-        if is_reference_state_dict(source):
-            self.kind, rename = "reference-framework safetensors", reference_to_diffusers_key
-        self._index: dict[str, tuple[object, str]] = {}
-        for key, handle in source.items():
-            new = rename(key)
-            if new in self._index:
-                raise CheckpointError(key, f"maps to {new!r}, which another key already produced", "the checkpoint has duplicate tensors; re-export it")
-            self._index[new] = (handle, key)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._index
-
-    def keys(self):
-        return self._index.keys()
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        handle, key = self._index[name]
-        return tuple(handle.get_slice(key).get_shape())
-
-    def read(self, name: str, rows: slice = slice(None)) -> torch.Tensor:
-        handle, key = self._index[name]
-        if rows == slice(None):
-            return handle.get_tensor(key)
-        return handle.get_slice(key)[rows]
-
-    def check_matches(self, expected_shapes: dict[str, tuple[int, ...]], skip_action_heads: bool) -> None:
-        """Same keys and shapes as the model (action heads left out when skipped), or a named error."""
-        base = {k for k in self._index if not (skip_action_heads and is_action_head_param(k))}
-        expected = {k for k in expected_shapes if not (skip_action_heads and is_action_head_param(k))}
-        missing, unexpected = sorted(expected - base), sorted(base - expected)
-        if missing or unexpected:
-            raise CheckpointError(
-                str(self.path),
-                f"keys do not match the model: missing {missing[:20]}{'...' if len(missing) > 20 else ''}, "
-                f"unexpected {unexpected[:20]}{'...' if len(unexpected) > 20 else ''}",
-                "check model.preset / model.max_action_dim against the checkpoint's config.json",
-            )
-        for key in sorted(expected):
-            if self.shape(key) != tuple(expected_shapes[key]):
-                raise CheckpointError(str(self.path), f"{key}: shape {self.shape(key)} != model {tuple(expected_shapes[key])}",
-                                      "match the preset to the checkpoint")

@@ -47,6 +47,10 @@ class ByteTokenizer:
         ids = [self.bos_id] + [b + 3 for b in text.encode("utf-8")][: self.max_tokens - 2] + [self.eos_id]
         return ids
 
+    def length(self, text: str) -> int:
+        """Tokens of `text` before the cut at max_tokens (bos + bytes + eos)."""
+        return len(text.encode("utf-8")) + 2
+
 
 class PretrainedTextTokenizer:
     """The tokenizer files shipped in a real checkpoint directory (through `transformers`; local
@@ -71,6 +75,10 @@ class PretrainedTextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok(text, truncation=True, max_length=self.max_tokens)["input_ids"]
 
+    def length(self, text: str) -> int:
+        """Tokens of `text` before the cut at max_tokens."""
+        return len(self.tok(text)["input_ids"])
+
     def save(self, directory: str | Path) -> None:
         self.tok.save_pretrained(str(directory))
 
@@ -81,6 +89,30 @@ def build_text_tokenizer(path: str, max_tokens: int):
     if path in ("", BYTE):
         return ByteTokenizer(max_tokens, explicit=path == BYTE)
     return PretrainedTextTokenizer(path, max_tokens)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_truncated_prompts(tokenizer, prompts, source: str) -> str | None:
+    """Every prompt longer than `model.max_text_tokens` is cut by `encode` (the end of the text is lost):
+    say so once per process (rank 0), with the count, the longest prompt and the knob. Returns the
+    warning (None when every prompt fits)."""
+    import os
+    import sys
+
+    lengths = sorted(((tokenizer.length(p), p) for p in set(prompts)), reverse=True)
+    cut = [(n, p) for n, p in lengths if n > tokenizer.max_tokens]
+    if not cut:
+        return None
+    n, longest = cut[0]
+    text = (f"{len(cut)} of {len(lengths)} prompt(s) of {source} are longer than model.max_text_tokens = "
+            f"{tokenizer.max_tokens} tokens and are cut to it (the longest, {n} tokens: {longest!r}); "
+            f"--set model.max_text_tokens={n} keeps them whole")
+    if text not in _WARNED and os.environ.get("RANK", "0") == "0":
+        _WARNED.add(text)
+        print(f"[wamkit] warning: {text}", file=sys.stderr, flush=True)
+    return text
 
 
 def has_tokenizer_files(directory: Path) -> bool:
@@ -95,9 +127,9 @@ def resolve_text_tokenizer(cfg):
 def text_tokenizer_source(cfg, _depth: int = 0) -> str:
     """"" (byte tokenizer by default: random init), "byte" (chosen) or the absolute path of a
     tokenizer directory."""
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import resolved
 
-    explicit = expand_env(cfg.model.text_tokenizer_path, "model.text_tokenizer_path") if cfg.model.text_tokenizer_path else ""
+    explicit = resolved(cfg.model, "text_tokenizer_path")
     if explicit:
         if explicit == BYTE:
             return BYTE
@@ -110,7 +142,7 @@ def text_tokenizer_source(cfg, _depth: int = 0) -> str:
         return ""  # random init: nothing pretrained to match, the byte tokenizer
     from wamkit.train.checkpoint import COMPLETE_MARKER, load_path_location
 
-    base = load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
+    base = load_path_location(resolved(cfg.checkpoint, "load_path"))
 
     if (base / COMPLETE_MARKER).exists():
         return _from_wamkit_checkpoint(base, _depth)

@@ -22,7 +22,7 @@ from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
-from wamkit.model.packing import attention_backend, install_packed_attention
+from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.policy.loading import LoadedModel, is_export, load_from_checkpoint, load_from_export
 
@@ -52,7 +52,7 @@ class Policy(ContractModel):
         self.cache_text = bool(cache_text)
         self.rtc_max_guidance = float(rtc_max_guidance)
         param = next(self.model.parameters())
-        device = param.device
+        self.device = device = param.device  # decided by the loader (load_from_*(device=...)); read, never re-derived
         self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None

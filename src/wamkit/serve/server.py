@@ -286,7 +286,7 @@ class PolicyServer:
 
         wanted = self.config.warmup
         if wanted is None:
-            wanted = next(self.policy.model.parameters()).device.type == "cuda"
+            wanted = self.policy.device.type == "cuda"
         if not wanted:
             return None
         sizes = camera_sizes(self.policy, self.config.warmup_size)

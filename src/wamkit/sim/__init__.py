@@ -4,8 +4,8 @@
 Importing this package does not import MuJoCo; it sets MUJOCO_GL (egl where libEGL exists, else osmesa)
 unless already set, so import it before mujoco/metaworld."""
 
-from wamkit.sim.envs import (REGISTRY, SUITES, EnvSpec, SimEnv, SimError, env_names, ensure_gl_backend, expand_env_names,
-                             get_spec, make_env)
+from wamkit.sim.base import EnvSpec, SimEnv, SimError, ensure_gl_backend
+from wamkit.sim.envs import REGISTRY, SUITES, env_names, expand_env_names, get_spec, make_env
 from wamkit.sim.record import RecordSummary, record, sim_record_main
 from wamkit.data.writer import RecordedEpisode, write_lerobot_dataset
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wamkit.sim.envs import EnvSpec, SimEnv, SimError, StepResult, ensure_gl_backend
+from wamkit.sim.base import EnvSpec, SimEnv, SimError, StepResult, ensure_gl_backend
 
 ALOHA_FPS = 50.0
 ALOHA_TASK = "pick up the red cube with the right arm and hand it over to the left arm"

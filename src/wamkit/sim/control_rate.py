@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from wamkit.sim.envs import SimEnv, SimError, StepResult
+from wamkit.sim.base import SimEnv, SimError, StepResult
 
 
 class ActionRepeat(SimEnv):

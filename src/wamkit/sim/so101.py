@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wamkit.sim.envs import EnvSpec, SimEnv, SimError, StepResult, ensure_gl_backend
+from wamkit.sim.base import EnvSpec, SimEnv, SimError, StepResult, ensure_gl_backend
 
 SO101_FPS = 10.0
 SO101_TASK = "pick up the purple cube and place it on the green target"

@@ -64,11 +64,12 @@ def frozen_checksum(model: torch.nn.Module, dtype: torch.dtype, ctx=None) -> lis
 
 def base_identity(cfg, model: torch.nn.Module, ctx=None) -> dict:
     """What a trainable-only checkpoint records of its base (see the module docstring)."""
+    from wamkit.config.env import resolved
+    from wamkit.train.checkpoint import load_path_location
     from wamkit.train.parallel import DTYPES
-    from wamkit.train.setup import base_weights_path
 
-    dtype = cfg.parallel.param_dtype
-    path = str(base_weights_path(cfg)) if cfg.checkpoint.load_path else ""
+    dtype = cfg.parallel.param_dtype  # the base's location as train.setup.base_weights_path gives it (setup imports this module)
+    path = str(load_path_location(resolved(cfg.checkpoint, "load_path"))) if cfg.checkpoint.load_path else ""
     return {"load_path": path, "seed": cfg.job.seed, "param_dtype": dtype,
             "frozen_checksum": frozen_checksum(model, DTYPES[dtype], ctx)}
 

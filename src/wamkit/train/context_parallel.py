@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from wamkit.errors import ConfigError
-from wamkit.model.packing import PackedAttention, PerSampleAttention
+from wamkit.model.attention import PackedAttention, PerSampleAttention
 
 
 class _GatherRows(torch.autograd.Function):

@@ -11,23 +11,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from wamkit.data.latent_cache import MANIFEST, shard_path, window_fingerprint
+from wamkit.data.latent_cache import MANIFEST, shard_path
+from wamkit.data.run_data import latent_fingerprint
 from wamkit.errors import DataError
-
-
-def latent_fingerprint(cfg, run_data) -> dict:
-    """Everything that decides a window's latents."""
-    return {
-        "dataset": str(run_data.dataset.root.resolve()),
-        "chunk_length": cfg.data.chunk_length,
-        "cameras": run_data.contract["camera_keys"],
-        "canvas": run_data.contract.get("canvas"),
-        "tokenizer": cfg.model.tokenizer,
-        "vae_path": cfg.model.vae_path,
-        "pixel_spatial_factor": cfg.model.pixel_spatial_factor if cfg.model.tokenizer == "pixel" else None,
-        "train_windows": window_fingerprint(run_data.train_windows.index),
-        "val_windows": window_fingerprint(run_data.val_windows.index) if run_data.val_windows is not None else None,
-    }
 
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -148,13 +148,13 @@ def vae_parameter_count(cfg) -> int:
 
     from diffusers import AutoencoderKLWan
 
-    from wamkit.config.schema import expand_env
+    from wamkit.config.env import resolved
     from wamkit.errors import ConfigError
     from wamkit.model.tokenizer import WAN22_VAE_LAYOUT
 
     layout = dict(WAN22_VAE_LAYOUT)
     try:
-        config = Path(expand_env(cfg.model.vae_path, "model.vae_path")) / "config.json"
+        config = Path(resolved(cfg.model, "vae_path")) / "config.json"
         if config.is_file():
             layout = {k: v for k, v in json.loads(config.read_text()).items() if not k.startswith("_")}
     except ConfigError:

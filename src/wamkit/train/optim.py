@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from wamkit.model.cosmos3 import is_action_head_param
+from wamkit.model.weights import is_action_head_param
 
 
 def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.AdamW:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from wamkit.config.schema import ENV_PATH_FIELDS, expand_env
+from wamkit.config.env import ENV_PATH_FIELDS, expand_env, resolved
 from wamkit.errors import ConfigError, DataError, WamkitError
 from wamkit.storage import is_url
 
@@ -84,7 +84,7 @@ def preflight(cfg, iterations: dict[str, str] | None = None) -> PreflightReport:
 
 def _field_path(cfg, dotted: str) -> Path:
     section, key = dotted.split(".")
-    return Path(expand_env(getattr(getattr(cfg, section), key), dotted)).expanduser()
+    return Path(resolved(getattr(cfg, section), key)).expanduser()
 
 
 def _missing(dotted: str, path: Path, problem: str = "does not exist") -> ConfigError:
@@ -165,7 +165,7 @@ def check_base_checkpoint(cfg) -> str | None:
     path = base_weights_path(cfg)
     if (path / ckpt.COMPLETE_MARKER).exists():
         return f"{path}: wamkit checkpoint (step {ckpt.checkpoint_step(path)})"
-    from wamkit.model.materialize import BaseWeights
+    from wamkit.model.weights import BaseWeights
     from wamkit.train.setup import build_model, plain_state_dict
 
     base = BaseWeights(path)

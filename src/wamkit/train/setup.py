@@ -3,45 +3,23 @@ the model and tokenizers. Shared by training, dry runs and (later) export and se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
                          split_episodes, write_demo_dataset)
-from wamkit.config.schema import expand_env
+from wamkit.config.env import resolved
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.multi import is_multi_root, open_lerobot
+from wamkit.data.run_data import RunData
 from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.errors import ConfigError, DataError
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import require_full_weights, saves_trainable_only
-from wamkit.train.stream import TransformedWindows
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
-from wamkit.model.text_tokenizer import resolve_text_tokenizer
+from wamkit.model.text_tokenizer import resolve_text_tokenizer, warn_truncated_prompts
 from wamkit.model.tokenizer import build_video_tokenizer
-
-
-@dataclass
-class RunData:
-    dataset: LeRobotV3Dataset
-    train_windows: WindowDataset
-    val_windows: WindowDataset | None
-    transform: SampleTransform
-    contract: dict
-
-    def samples(self, split: str, cfg):
-        """The split as a dataset of TrainingSamples: decoded video, or `data.latent_cache` latents."""
-        windows = self.train_windows if split == "train" else self.val_windows
-        if not cfg.data.latent_cache:
-            return TransformedWindows(windows, self.transform)
-        from wamkit.data.latent_cache import CachedWindows, LatentCache
-        from wamkit.train.latents import latent_fingerprint
-
-        cache = LatentCache(expand_env(cfg.data.latent_cache, "data.latent_cache"))
-        cache.check(latent_fingerprint(cfg, self))
-        return CachedWindows(windows, self.transform, cache, split)
 
 
 def open_dataset(cfg) -> LeRobotV3Dataset:
@@ -63,11 +41,13 @@ def build_run_data(cfg) -> RunData:
         raise DataError(f"{dataset.root}/meta/info.json: features", f"data.use_state is true but the dataset has no "
                         f"state feature {cfg.data.state_key!r} (have {sorted(dataset.features)})",
                         "--set data.use_state=false for a policy without state, or set data.state_key to the state feature")
+    warn_truncated_prompts(resolve_text_tokenizer(cfg), [cfg.data.prompt_template.format(task=t) for t in dataset.tasks.values()],
+                           f"{dataset.root}/meta/tasks.parquet (data.prompt_template {cfg.data.prompt_template!r})")
     train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
 
-    keep = KeepRanges.load(expand_env(cfg.data.keep_ranges_path, "data.keep_ranges_path")) if cfg.data.keep_ranges_path else None
+    keep = KeepRanges.load(resolved(cfg.data, "keep_ranges_path")) if cfg.data.keep_ranges_path else None
 
     def windows(episodes):
         return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key,
@@ -132,7 +112,7 @@ def zero_video_output(model) -> None:
 
 
 def base_weights_path(cfg) -> Path:
-    return ckpt.load_path_location(expand_env(cfg.checkpoint.load_path, "checkpoint.load_path"))
+    return ckpt.load_path_location(resolved(cfg.checkpoint, "load_path"))
 
 
 def plain_state_dict(model) -> dict:
@@ -181,7 +161,8 @@ def materialize_run_model(model, cfg, device: torch.device, load_base: bool) -> 
     """Values for a meta-built (possibly sharded) model: random, keyed by parameter name, or with
     `load_base` checkpoint.load_path's -- a wamkit iteration directory loaded into the shards, or a
     diffusers base read as row slices per rank. Returns what the run started from."""
-    from wamkit.model.materialize import BaseWeights, materialize
+    from wamkit.model.materialize import materialize
+    from wamkit.model.weights import BaseWeights
 
     if not load_base or not cfg.checkpoint.load_path:
         materialize(model, device, cfg.job.seed)
@@ -208,7 +189,7 @@ def build_tokenizers(cfg, device: torch.device | str = "cpu"):
     from wamkit.train.parallel import DTYPES
 
     dtype = DTYPES[cfg.parallel.param_dtype] if torch.device(device).type == "cuda" else None
-    vae_path = expand_env(cfg.model.vae_path, "model.vae_path") if cfg.model.tokenizer == "wan2.2" else ""
+    vae_path = resolved(cfg.model, "vae_path") if cfg.model.tokenizer == "wan2.2" else ""
     video = build_video_tokenizer(cfg.model.tokenizer, vae_path, cfg.model.pixel_spatial_factor, device=device, dtype=dtype)
     text = resolve_text_tokenizer(cfg)  # the base checkpoint's own tokenizer (wamkit.model.text_tokenizer)
     return video, text

@@ -39,19 +39,6 @@ class _RankSlice(Sampler[int]):
             block += self.batch * self.world
 
 
-class TransformedWindows(Dataset):
-    """Windows -> TrainingSamples, lazily (runs in DataLoader workers)."""
-
-    def __init__(self, windows: Dataset, transform):
-        self.windows, self.transform = windows, transform
-
-    def __len__(self):
-        return len(self.windows)
-
-    def __getitem__(self, i):
-        return self.transform(self.windows[i])
-
-
 def batch_stream(samples: Dataset, order: SampleOrder, start: int, batch_size: int, num_workers: int, rank: int = 0, world: int = 1):
     """Infinite iterator of lists of TrainingSamples for this rank, from global position `start`."""
     loader = DataLoader(

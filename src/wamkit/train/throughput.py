@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from wamkit.train.flops import matmul_rate
+from wamkit.model.flops import matmul_rate
 
 
 class Throughput:

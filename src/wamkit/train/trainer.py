@@ -13,12 +13,12 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import ExperimentConfig, config_to_dict, format_config
-from wamkit.config.schema import expand_env
+from wamkit.config.env import expand_env
 from wamkit.data.order import EpisodeShuffleOrder
 from wamkit.diffusion.objective import PolicyObjective
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.lora import prepare_trainable
-from wamkit.model.packing import attention_backend, training_text_multiple
+from wamkit.model.attention_backends import attention_backend, training_text_multiple
 from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
@@ -31,7 +31,7 @@ from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean_tensor, init_distributed, parallel_dims, parallelize, run_mesh
-from wamkit.train.schedule import build_schedule
+from wamkit.config.schedule import build_schedule
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)
 from wamkit.train.step_timer import StepTimer

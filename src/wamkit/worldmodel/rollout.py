@@ -29,7 +29,7 @@ import torch
 from wamkit.data import LeRobotV3Dataset
 from wamkit.data.canvas import compose_frames, contract_padding
 from wamkit.errors import WamkitError
-from wamkit.model.packing import attention_backend, install_packed_attention
+from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
 from wamkit.worldmodel.sampling import sample_video
 
