@@ -67,3 +67,30 @@ def test_dry_run_of_a_full_fine_tune_on_one_gpu_says_it_does_not_fit_and_what_do
     one_gpu = run_cli(["train", "recipes/g1_simple_1gpu.toml", "--dry-run"], check=False).stdout
     assert "1 GPU: " in one_gpu and "-> fits" in one_gpu.split("2 GPUs:")[0]
     assert "no frozen weights (LoRA: the base is referenced, not copied)" in one_gpu
+
+
+def _failing_trainer(tmp_path, monkeypatch, exc):
+    trainer = Trainer(load_experiment(DEMO_RECIPE, [f'job.output_root="{tmp_path}"', 'job.name="fails"', "trainer.progress_bar=false"]))
+    monkeypatch.setattr(trainer, "train_step", lambda stream: (_ for _ in ()).throw(exc))
+    return trainer
+
+
+def test_an_out_of_memory_error_is_reported_in_a_few_lines_not_a_traceback(tmp_path, monkeypatch):
+    import torch
+
+    trainer = _failing_trainer(tmp_path, monkeypatch, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 97.12 GiB.\nmore"))
+    with pytest.raises(memory.GPUMemoryError) as caught:
+        trainer.train()
+    text = str(caught.value)
+    assert "fails: step 1: ran out of GPU memory" in text and "Tried to allocate 97.12 GiB" in text and "more" not in text
+    assert "fix:" in text and len(text.splitlines()) <= 4
+
+
+def test_dynamo_hitting_its_recompile_limit_is_a_named_error_not_an_eager_fallback(tmp_path, monkeypatch):
+    import torch._dynamo.exc
+
+    from wamkit.errors import ConfigError
+
+    trainer = _failing_trainer(tmp_path, monkeypatch, torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached with fullgraph"))
+    with pytest.raises(ConfigError, match=r"parallel.compile: the compiled decoder layers recompiled past dynamo's limit at step 1"):
+        trainer.train()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch._dynamo.exc import FailOnRecompileLimitHit
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from wamkit.config import ExperimentConfig, config_to_dict, format_config
@@ -306,7 +307,7 @@ class Trainer:
             self._train_loop(stream, bar, logger, throughput)
         except torch.OutOfMemoryError as exc:
             raise self._out_of_memory(exc) from None
-        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:  # wamkit.train.parallel.refuse_silent_recompile_fallback
+        except FailOnRecompileLimitHit as exc:  # wamkit.train.parallel.refuse_silent_recompile_fallback
             raise ConfigError("parallel.compile", f"the compiled decoder layers recompiled past dynamo's limit at step {self.step + 1} "
                               f"(eager layers would run flex attention unfused, N x N in memory): {str(exc).splitlines()[0]}",
                               "report it with the log (TORCH_LOGS=recompiles shows each reason); meanwhile "
