@@ -23,18 +23,24 @@ def _model_state(cfg_args, checkpoint):
     return state["model"]
 
 
+def _assert_two_ranks_equal_one(tmp_path, two, one) -> dict:
+    """Runs "two" (2 ranks) and "one" (1 process): the same losses, and the same weights at step 4;
+    returns the one-process weights."""
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
+    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
+    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
+    for key in single:
+        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
+    return single
+
+
 def test_two_process_fsdp_matches_one_process_and_resumes_in_one(demo_root, tmp_path):
     two = quick_overrides(demo_root, tmp_path, "two", 4, 2) + ["--set", "trainer.samples_per_step=2"]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
     out = run_torchrun(["train", str(DEMO_RECIPE), *two])
     assert "world size 2, global batch 4" in out.stdout
     train_in_process([str(DEMO_RECIPE), *one])
-    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
-
-    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
-    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
-    for key in single:
-        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
+    _assert_two_ranks_equal_one(tmp_path, two, one)
 
     resumed = run_cli(["train", str(DEMO_RECIPE), *two, "--set", "trainer.max_iter=6"])
     assert "resumed" in resumed.stdout and "at step 4" in resumed.stdout and "world size 1" in resumed.stdout
@@ -51,13 +57,8 @@ def test_replicated_frozen_weights_and_prefetch_train_like_one_process(demo_root
     one = quick_overrides(demo_root, tmp_path, "one", 4, 2) + ["--set", "trainer.samples_per_step=4"]
     run_torchrun(["train", str(DEMO_RECIPE), *two])
     train_in_process([str(DEMO_RECIPE), *one])
-    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
-    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
-    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
-    frozen = [k for k in single if "und" in k or "embed_tokens" in k]
-    assert frozen, "the demo model has no frozen text-pathway weights to replicate"
-    for key in single:
-        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
+    single = _assert_two_ranks_equal_one(tmp_path, two, one)
+    assert [k for k in single if "und" in k or "embed_tokens" in k], "the demo model has no frozen text-pathway weights to replicate"
 
 
 def test_lora_under_fsdp_trains_like_one_process_resumes_and_exports(demo_root, tmp_path):
@@ -107,11 +108,7 @@ def test_mixed_modes_average_over_every_ranks_samples(demo_root, tmp_path):
     one = quick_overrides(demo_root, tmp_path, "one", 4, 4) + ["--set", "trainer.samples_per_step=4", *mixed]
     run_torchrun(["train", str(DEMO_RECIPE), *two])
     train_in_process([str(DEMO_RECIPE), *one])
-    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")), rtol=1e-4, atol=1e-5)
-    sharded = _model_state(two, tmp_path / "two" / "checkpoints" / "iter_000000004")
-    single = _model_state(one, tmp_path / "one" / "checkpoints" / "iter_000000004")
-    for key in single:
-        torch.testing.assert_close(sharded[key], single[key], rtol=1e-4, atol=1e-5)
+    _assert_two_ranks_equal_one(tmp_path, two, one)
 
 
 def test_two_process_checkpoints_record_every_rank_and_a_damaged_rank_shard_is_found(demo_root, tmp_path):
