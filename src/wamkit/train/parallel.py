@@ -149,15 +149,14 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
 FP32_ROOT_INPUTS = frozenset({"position_ids", "vision_timesteps", "action_timesteps", "sound_timesteps"})
 
 
-def install_input_casts(model: torch.nn.Module, dtype: torch.dtype) -> list:
-    """Cast floating inputs to the compute dtype at each shard unit (FSDP2's cast_forward_inputs),
-    except FP32_ROOT_INPUTS. One function for FSDP2 and one process, so both cast alike. Returns
-    the hook handles."""
+def install_input_casts(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast floating inputs to the compute dtype at each shard unit (what FSDP2's cast_forward_inputs
+    would do), except FP32_ROOT_INPUTS."""
     if dtype == torch.float32:
-        return []
-    hooks = [layer.register_forward_pre_hook(_input_caster(dtype), with_kwargs=True) for layer in model.layers]
-    hooks.append(model.register_forward_pre_hook(_input_caster(dtype, FP32_ROOT_INPUTS), with_kwargs=True))
-    return hooks
+        return
+    for layer in model.layers:
+        layer.register_forward_pre_hook(_input_caster(dtype), with_kwargs=True)
+    model.register_forward_pre_hook(_input_caster(dtype, FP32_ROOT_INPUTS), with_kwargs=True)
 
 
 def run_mesh(ctx: DistContext, dims: ParallelDims):

@@ -130,8 +130,7 @@ class Trainer:
         out-of-memory report needs; None on the CPU."""
         if self.device.type != "cuda":
             return None
-        free, total = torch.cuda.mem_get_info(self.device)
-        usable = free + torch.cuda.memory_allocated(self.device) - memory.GATE_MARGIN * total  # the VAE is ours already
+        usable, total = memory.usable_bytes(self.device)
         plan = self.memory_plan(usable)
         if plan is not None and self.ctx.is_main:
             print(f"[wamkit] memory estimate {plan['estimate'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
