@@ -43,10 +43,10 @@ if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
   PY=${PY:-.venv/bin/python}; OUT=${OUT:-/tmp/mt10_smoke/out$PHASE}; WORK=${WORK:-/tmp/mt10_smoke/work$PHASE}
   ENVS=${ENVS:-metaworld/reach-v3,metaworld/push-v3}; EPS=${EPS:-4}; W=${W:-2}; EPISODES=${EPISODES:-2}
-  CURVE_EPS=${CURVE_EPS:-1}; TRAIN_S=${TRAIN_S:-150}; SPS=${SPS:-6}; BATCH=${BATCH:-4}; WM_ITERS=${WM_ITERS:-6}
+  CURVE_EPS=${CURVE_EPS:-1}; TRAIN_S=${TRAIN_S:-150}; SPS=${SPS:-6}; BATCH=${BATCH:-4}; WM_ITERS=${WM_ITERS:-2}
   DEVICE=cpu; JUDGE_STEPS=${JUDGE_STEPS:-16}
   SMALL=(--set model.preset=tiny --set parallel.compile=false --set parallel.param_dtype=float32 --set data.num_workers=0)
-  POLICY_SET=("${SMALL[@]}" --set data.val_fraction=0.25); WM_SET=("${SMALL[@]}" --set model.attention=per_sample --set data.val_fraction=0.25)
+  POLICY_SET=("${SMALL[@]}" --set data.val_fraction=0.25); WM_SET=("${SMALL[@]}" --set model.attention=per_sample --set data.val_fraction=0.25 --set trainer.samples_per_step=2)
   PQ_SET=(--set data.val_fraction=0.25 --lerobot-lr 1e-4)
 else
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -55,7 +55,7 @@ else
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
   ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-10}
-  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-400}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1500}; DEVICE=cuda
+  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-400}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
@@ -89,7 +89,7 @@ phase1() {
   local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < CKPTS )) && iters=$CKPTS
   stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box) and world model ($WM_ITERS steps) side by side"
   train metaworld_mt10 policy "$iters" $(( iters / CKPTS )) --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" &
-  train metaworld_fd_mt10 wm "$WM_ITERS" "$WM_ITERS" "${WM_SET[@]}" &
+  train metaworld_fd_mt10 wm "$WM_ITERS" $(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
   wait
   grep -h "samples/s\|first step\|train rc" "$OUT"/train_*.log | tail -8
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"

@@ -4,6 +4,12 @@ same demonstrations with the same number of samples seen, evaluated in the same 
     python benchmarks/policy_quality.py [--env metaworld/reach-v3] [--dataset DIR] [--samples 12000]
         [--batch-size 8] [--episodes 20] [--seed 1000] [--methods wamkit,act,diffusion] [--device cpu|cuda]
         [--out runs/policy_quality] [--recipe recipes/metaworld_reach_tiny.toml] [--set KEY=VALUE ...]
+        [--train-seconds S] [--horizon H] [--workers W]
+
+`--env` may be a suite (metaworld/mt10: one policy for all tasks; ACT and DP see no task text, the
+scene tells the task). `--train-seconds` trains the LeRobot methods for a wall-time budget (the same GPU
+time as a wamkit run, benchmarks/mt10_device.sh); `--workers` runs the closed loop batched over W
+simulator processes (wamkit.eval.batched).
 
 On the H200 machine: `benchmarks/policy_quality_wheels.sh` fetches what it lacks (too much for one
 device call), `benchmarks/policy_quality_device.sh` runs the recorded configuration (header: how).
