@@ -40,7 +40,7 @@ def _env(envs: dict, name: str, settings: EnvSettings):
 
 
 def _expert(envs, settings, name: str, seed: int, budget: int | None, post_success_steps: int):
-    from wamkit.sim.record import rollout_expert
+    from wamkit.sim.expert import rollout_expert
 
     env = _env(envs, name, settings)
     return rollout_expert(env, seed, min(int(budget or env.max_episode_steps), env.max_episode_steps), post_success_steps)
@@ -66,7 +66,9 @@ HANDLERS = {"expert": _expert, "reset": _reset, "act": _act}
 
 
 def _serve(conn, settings: EnvSettings) -> None:
-    import wamkit.sim  # noqa: F401 - sets a headless MUJOCO_GL before mujoco is imported
+    from wamkit.sim.base import ensure_gl_backend
+
+    ensure_gl_backend()  # a headless MUJOCO_GL before mujoco is imported
 
     envs: dict = {}
     try:
