@@ -63,6 +63,7 @@ fi
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 COMPILE_S=${COMPILE_S:-60}; CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8
 mkdir -p "$OUT" "$WORK"; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
+rm -rf "$RUNS" "$EV"  # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept
 T0=$(date +%s)
 stamp() { echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
