@@ -4,6 +4,12 @@ same demonstrations with the same number of samples seen, evaluated in the same 
     python benchmarks/policy_quality.py [--env metaworld/reach-v3] [--dataset DIR] [--samples 12000]
         [--batch-size 8] [--episodes 20] [--seed 1000] [--methods wamkit,act,diffusion] [--device cpu|cuda]
         [--out runs/policy_quality] [--recipe recipes/metaworld_reach_tiny.toml] [--set KEY=VALUE ...]
+        [--train-seconds S] [--horizon H] [--workers W]
+
+`--env` may be a suite (metaworld/mt10: one policy for all tasks; ACT and DP see no task text, the
+scene tells the task). `--train-seconds` trains the LeRobot methods for a wall-time budget (the same GPU
+time as a wamkit run, benchmarks/mt10_device.sh); `--workers` runs the closed loop batched over W
+simulator processes (wamkit.eval.batched).
 
 On the H200 machine: `benchmarks/policy_quality_wheels.sh` fetches what it lacks (too much for one
 device call), `benchmarks/policy_quality_device.sh` runs the recorded configuration (header: how).
@@ -88,6 +94,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra wamkit recipe override (repeatable)")
     p.add_argument("--samples", type=int, default=12000, help="training samples seen by each method")
+    p.add_argument("--train-seconds", type=float, default=None,
+                   help="LeRobot methods: train for this wall time instead of --samples (steps fixed from the rate of "
+                   "the first steps, so the LR schedule still ends): the same GPU time as a wamkit run")
+    p.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning (default: the chunk)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="simulator processes for the closed loop (wamkit.eval.batched; 0: serial, with videos)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per optimizer step, every method")
     p.add_argument("--episodes", type=int, default=20, help="closed-loop evaluation episodes per method")
     p.add_argument("--seed", type=int, default=1000, help="evaluation seed (episode i resets with seed*1000003+i)")
@@ -120,8 +132,10 @@ def ensure_dataset(args, out: Path) -> Path:
         print(f"[policy_quality] {summary.format()}", flush=True)
     recording = path / "meta" / "wamkit_recording.json"
     if recording.is_file():
+        from wamkit.sim.envs import expand_env_names
+
         envs = json.loads(recording.read_text()).get("env_name", "")
-        if envs != args.env:
+        if expand_env_names(envs) != expand_env_names(args.env):
             print(f"[policy_quality] warning: {path} was recorded from {envs!r}, evaluating on {args.env!r} "
                   "(ACT and Diffusion Policy are not language-conditioned)", flush=True)
     return path.resolve()
@@ -308,7 +322,12 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
     order = epoch_order(len(samples), seed)
     policy.train()
     losses = []
-    for step in range(steps):
+    step = 0
+    while step < steps:
+        if args.train_seconds and step == PROBE_STEPS:  # the budget in steps, from the measured rate
+            sync(args.device)
+            steps = steps_in_budget((time.perf_counter() - t0) / step, args.train_seconds - (time.perf_counter() - t0), step)
+            scheduler = _rebuilt(sched_cfg, optimizer, steps, step) if sched_cfg is not None else None
         idx = torch.as_tensor([next(order) for _ in range(args.batch_size)], device=args.device)
         batch = add_obs_steps_dim(pre(samples.batch(idx)), policy)
         loss, _ = policy.forward(batch)
@@ -319,8 +338,9 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
         if scheduler is not None:
             scheduler.step()
         losses.append(loss.item())
-        if (step + 1) % max(1, steps // 10) == 0:
-            print(f"[policy_quality] {method} step {step + 1}/{steps} loss {np.mean(losses[-max(1, steps // 10):]):.4f}",
+        step += 1
+        if step % max(1, steps // 10) == 0:
+            print(f"[policy_quality] {method} step {step}/{steps} loss {np.mean(losses[-max(1, steps // 10):]):.4f}",
                   flush=True)
     sync(args.device)
     row.train_wall_s = time.perf_counter() - t0
@@ -342,6 +362,23 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
                          action_dim=samples.actions.shape[1], state_dim=samples.states.shape[1], fps=dataset.fps,
                          source={"method": method, "step": steps},
                          num_steps=getattr(getattr(policy, "diffusion", None), "num_inference_steps", 1))
+
+
+PROBE_STEPS = 20  # steps timed before a --train-seconds run fixes its step count
+
+
+def steps_in_budget(seconds_per_step: float, seconds_left: float, done: int) -> int:
+    """Total steps of a time-boxed run: those done plus what fits the time left at the measured rate."""
+    return done + max(0, int(seconds_left / max(seconds_per_step, 1e-9)))
+
+
+def _rebuilt(sched_cfg, optimizer, steps: int, done: int):
+    """The preset LR schedule for `steps` in all, advanced past the `done` steps already taken (the
+    optimizer keeps its `initial_lr`, so the new schedule starts from the preset rate)."""
+    scheduler = sched_cfg.build(optimizer, steps)
+    for _ in range(done):
+        scheduler.step()
+    return scheduler
 
 
 def probe_lerobot() -> dict[str, str | None]:
@@ -383,7 +420,7 @@ def markdown(rows: list[Row], header: str) -> str:
 def write_outputs(out: Path, rows: list[Row], meta: dict) -> str:
     header = (f"Policy quality on `{meta['env']}` ({meta['device']}): {meta['train_episodes']} training episodes of "
               f"`{meta['dataset']}`, {meta['episodes']} closed-loop episodes per method (eval seed {meta['seed']}, "
-              f"execute horizon {meta['chunk']}, {meta['resolution']} px"
+              f"execute horizon {meta['horizon']}, {meta['resolution']} px"
               f"{', step budget ' + str(meta['max_episode_steps']) if meta['max_episode_steps'] else ''}).")
     text = markdown(rows, header)
     (out / "table.md").write_text(text)
@@ -397,7 +434,8 @@ def main(argv=None) -> int:
     # llvmpipe (software EGL), loading triton's LLVM after Mesa's crashes the process.
     import torch  # noqa: F401
     import wamkit.sim  # noqa: F401 - picks a headless MUJOCO_GL before mujoco is imported
-    from wamkit.eval.sim_eval import evaluate
+    from wamkit.eval.suite import evaluate_envs
+    from wamkit.sim.envs import expand_env_names
     from wamkit.train.setup import build_run_data
     import wamkit.policy  # noqa: F401
     import wamkit.train.trainer  # noqa: F401
@@ -414,7 +452,8 @@ def main(argv=None) -> int:
     resolution = int(dataset.features[cam]["shape"][0])
     meta = {"env": args.env, "dataset": str(dataset_path), "device": args.device, "samples": args.samples,
             "batch_size": args.batch_size, "episodes": args.episodes, "seed": args.seed, "chunk": chunk,
-            "resolution": resolution, "max_episode_steps": args.max_steps, "train_episodes": len(run_data.contract["train_episodes"]),
+            "resolution": resolution, "max_episode_steps": args.max_steps, "horizon": args.horizon or chunk,
+            "train_seconds": args.train_seconds, "train_episodes": len(run_data.contract["train_episodes"]),
             "train_windows": len(windows), "val_episodes": run_data.contract["val_episodes"],
             "recipe": args.recipe, "torch": torch.__version__, "python": sys.version.split()[0]}
     rows = [Row(m) for m in args.methods]
@@ -432,13 +471,16 @@ def main(argv=None) -> int:
             else:
                 policy = train_lerobot(row.method, args, windows, dataset, chunk, cfg.job.seed, row)
             t0 = time.perf_counter()
-            result = evaluate(policy, args.env, args.episodes, seed=args.seed, execute_horizon=chunk, resolution=resolution,
-                              max_episode_steps=args.max_steps, out_dir=out / "eval" / row.method, num_videos=args.videos)
+            videos = {} if args.workers else {"num_videos": args.videos}
+            result = evaluate_envs(policy, expand_env_names(args.env), args.episodes, args.seed, workers=args.workers,
+                                   execute_horizon=args.horizon or chunk, resolution=resolution, max_episode_steps=args.max_steps,
+                                   out_dir=out / "eval" / row.method, **videos)
             row.eval_wall_s = time.perf_counter() - t0
             row.successes, row.episodes, row.success_rate = result.successes, result.episodes, result.success_rate
             row.ci95, row.mean_episode_length = list(result.ci95), result.mean_episode_length
             row.status = "ok"
-            row.extra = {"mean_success_length": result.mean_success_length, "eval_dir": result.out_dir}
+            row.extra = {"eval_dir": result.out_dir, "per_task": {t.env_name: [t.successes, t.episodes]
+                                                                   for t in getattr(result, "tasks", [result])}}
             print(f"[policy_quality] {LABELS[row.method]}: success {result.successes}/{result.episodes}, trained in "
                   f"{row.train_wall_s:.1f} s, evaluated in {row.eval_wall_s:.1f} s", flush=True)
         except Exception as exc:  # noqa: BLE001 - one method failing must not hide the others' rows

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # benchmarks/policy_quality.py on the H200 machine (nvidia-h200-x2: both GPUs), the second of two device
-# calls on one warm machine: the first installed .whl (wamkit's wheels) into /tmp/site, which does not
-# fit in one carry beside these (benchmarks/policy_quality_wheels.sh). Carry [".whl_sim", ".gl"].
+# calls on one warm machine: the first installed .whl (wamkit's wheels) into /tmp/site. Since Meta-World's
+# wheel is slimmed (benchmarks/policy_quality_wheels.sh) all three fit one carry; benchmarks/mt10_device.sh
+# installs them in the same call. Carry [".whl_sim", ".gl"].
 # Records metaworld/reach-v3 once, then trains + evaluates wamkit and ACT on GPU 0 and Diffusion Policy on
 # GPU 1 (same dataset, samples, seeds and harness); tables and results under $OUT.
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig

@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="camera to render (default: the env's); aloha/transfer-cube takes several, comma-separated, e.g. top,left_wrist")
     sim_record.add_argument("--action-repeat", type=int, default=1,
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
+    sim_record.add_argument("--workers", type=int, default=0, help="simulator processes for the rollouts (0: in this process)")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
@@ -181,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
+    eval_sim.add_argument("--workers", type=int, default=0, help="simulator processes: the policy answers all of them in one "
+                          "batch per chunk (much faster on many cores; no rollout videos); 0: serial, in this process")
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
     wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
     wm.add_argument("--dataset", help="LeRobot v3.0 dataset (default: the training dataset)")

@@ -134,3 +134,30 @@ def test_cli_eval_sim_on_a_suite_prints_each_task_the_average_and_a_video(run_di
     assert any(line.startswith("average of 2 tasks: success ") for line in lines)
     video = Path(next(line for line in lines if line.startswith("rollout video: ")).split(": ", 1)[1])
     assert video.is_file() and video.parent.parent == tmp_path / "ev"
+
+
+def test_recording_in_worker_processes_writes_the_serial_recording(tmp_path):
+    serial = record("metaworld/reach-v3", 2, tmp_path / "serial", seed=3, resolution=64)
+    parallel = record("metaworld/reach-v3", 2, tmp_path / "workers", seed=3, resolution=64, workers=2)
+    assert parallel.kept == serial.kept == 2
+    import pyarrow.parquet as pq
+
+    def frames(root):
+        return pq.read_table(sorted((root / "data").rglob("*.parquet"))).to_pydict()
+
+    a, b = frames(tmp_path / "serial"), frames(tmp_path / "workers")
+    assert a["episode_index"] == b["episode_index"] and np.array_equal(np.array(a["action"]), np.array(b["action"]))  # same attempts, same order
+
+
+def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, tmp_path):
+    from wamkit.eval.suite import evaluate_envs
+
+    policy = load_policy(run_dir, num_steps=1)
+    kw = dict(max_episode_steps=8, execute_horizon=4, num_steps=1)
+    batched = evaluate_envs(policy, expand_env_names(TWO), 2, seed=1, workers=2, out_dir=tmp_path / "b", **kw)
+    serial = evaluate_envs(policy, expand_env_names(TWO), 2, seed=1, out_dir=tmp_path / "s", **kw)
+    assert [t.env_name for t in batched.tasks] == [t.env_name for t in serial.tasks] == TWO.split(",")
+    for b, s in zip(batched.tasks, serial.tasks):
+        assert b.episodes == 2 and [e.seed for e in b.per_episode] == [e.seed for e in s.per_episode]
+        assert all(e.length <= 8 for e in b.per_episode)
+    assert (tmp_path / "b" / "results.json").is_file() and batched.ci95 == wilson_interval(batched.successes, 4)

@@ -110,6 +110,30 @@ def _check_pairing(policy, spec) -> None:
                         f"{spec.state_dim}-D {list(spec.state_names)}", "evaluate on the env its data was recorded in")
 
 
+def check_request(policy, spec, episodes: int, execute_horizon: int | None) -> int:
+    """Refuse a policy/env pairing or an episode count that cannot run; the re-planning horizon."""
+    _check_pairing(policy, spec)
+    if episodes < 1:
+        raise EvalError("evaluate: episodes", f"is {episodes}", "evaluate at least one episode")
+    horizon = int(execute_horizon or policy.chunk_length)
+    if not 1 <= horizon <= policy.chunk_length:
+        raise EvalError("evaluate: execute_horizon", f"{horizon} is outside [1, {policy.chunk_length}] (the chunk length)",
+                        "execute at most one predicted chunk before re-planning")
+    return horizon
+
+
+def frame_size(policy, resolution: int | None) -> int:
+    """The frame size to render: the one asked for, else the policy's training frame size."""
+    if resolution is not None:
+        return int(resolution)
+    resolution = _training_resolution(policy)
+    if resolution is None:
+        raise EvalError("evaluate: resolution", "the policy's data contract records no square camera size "
+                        f"(camera_sizes = {policy.contract.get('camera_sizes')})",
+                        "pass resolution= (--resolution) equal to the training frame size")
+    return resolution
+
+
 def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizon: int | None = None, *,
              out_dir: str | Path | None = None, resolution: int | None = None, max_episode_steps: int | None = None,
              num_videos: int = 1, num_steps: int | None = None, camera: str | None = None,
@@ -131,23 +155,12 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     if isinstance(policy, (str, Path)):
         policy = load_policy(policy, num_steps=num_steps or 10)
     spec = get_spec(env_name)
-    _check_pairing(policy, spec)
-    if episodes < 1:
-        raise EvalError("evaluate: episodes", f"is {episodes}", "evaluate at least one episode")
-    horizon = int(execute_horizon or policy.chunk_length)
-    if not 1 <= horizon <= policy.chunk_length:
-        raise EvalError("evaluate: execute_horizon", f"{horizon} is outside [1, {policy.chunk_length}] (the chunk length)",
-                        "execute at most one predicted chunk before re-planning")
+    horizon = check_request(policy, spec, episodes, execute_horizon)
     problem = check_schedule(mode, inference_delay, horizon, policy.chunk_length)
     if problem:
         raise EvalError("evaluate: --inference-delay / --horizon", problem,
                         "use a shorter --horizon (at most chunk length - delay) or a smaller delay")
-    if resolution is None:
-        resolution = _training_resolution(policy)
-        if resolution is None:
-            raise EvalError("evaluate: resolution", "the policy's data contract records no square camera size "
-                            f"(camera_sizes = {policy.contract.get('camera_sizes')})",
-                            "pass resolution= (--resolution) equal to the training frame size")
+    resolution = frame_size(policy, resolution)
     repeat = control_repeat(spec.fps, policy.fps)  # data recorded with `sim record --action-repeat K`
     if repeat is None and verbose:
         print(f"[wamkit eval] warning: policy trained at {policy.fps:g} fps, {env_name} runs at {spec.fps:g} fps")
@@ -179,23 +192,31 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
                 print(f"[wamkit eval] {env_name} episode {i}: {'success' if success else 'failure'} in {length} steps "
                       f"({replans} chunks)", flush=True)
         budget = env.max_episode_steps
-    successes = sum(e.success for e in per_episode)
+    result = summarize(policy, spec, per_episode, horizon=horizon, budget=budget, resolution=int(resolution), seed=seed,
+                       num_steps=steps, seconds=time.perf_counter() - t0, out_dir=out, mode=mode,
+                       inference_delay=int(inference_delay), seam_jerk=_mean(seam_changes), step_jerk=_mean(step_changes),
+                       seams=len(seam_changes))
+    if out is not None:
+        write_report(result, out)
+    return result
+
+
+def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, budget: int, resolution: int, seed: int,
+              num_steps: int, seconds: float, out_dir: Path | None = None, **realtime) -> EvalResult:
+    """The EvalResult of one env's episodes (serial or batched evaluation alike): rate, Wilson interval,
+    lengths, and the policy's training step from its source."""
+    successes, episodes = sum(e.success for e in per_episode), len(per_episode)
     lengths = [e.length for e in per_episode]
     ok_lengths = [e.length for e in per_episode if e.success]
     source = dict(policy.loaded.source)
     step = source.get("step")
-    result = EvalResult(
-        env_name=env_name, task=spec.task, episodes=episodes, successes=successes, success_rate=successes / episodes,
+    return EvalResult(
+        env_name=spec.name, task=spec.task, episodes=episodes, successes=successes, success_rate=successes / episodes,
         ci95=wilson_interval(successes, episodes), mean_episode_length=float(np.mean(lengths)),
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else None, execute_horizon=horizon,
-        chunk_length=policy.chunk_length, max_episode_steps=budget, resolution=int(resolution), seed=seed,
-        num_steps=steps, policy_source=source, training_step=int(step) if step is not None and int(step) >= 0 else None,
-        seconds=time.perf_counter() - t0, per_episode=per_episode, out_dir=str(out) if out is not None else None,
-        mode=mode, inference_delay=int(inference_delay), seam_jerk=_mean(seam_changes), step_jerk=_mean(step_changes),
-        seams=len(seam_changes))
-    if out is not None:
-        write_report(result, out)
-    return result
+        chunk_length=policy.chunk_length, max_episode_steps=budget, resolution=resolution, seed=seed,
+        num_steps=num_steps, policy_source=source, training_step=int(step) if step is not None and int(step) >= 0 else None,
+        seconds=seconds, per_episode=per_episode, out_dir=str(out_dir) if out_dir is not None else None, **realtime)
 
 
 def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], out_dir: str | Path,

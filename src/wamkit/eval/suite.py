@@ -56,22 +56,50 @@ def evaluate_suite(policy, env_names: Sequence[str], episodes: int, seed: int = 
     out = Path(out_dir) if out_dir is not None else None
     tasks = [evaluate(policy, name, episodes, seed, out_dir=out / task_dir(name) if out else None, num_steps=num_steps,
                       **kwargs) for name in env_names]
+    return suite_of(tasks, time.perf_counter() - t0, out)
+
+
+def suite_of(tasks: list[EvalResult], seconds: float, out: Path | None) -> SuiteResult:
+    """The suite's average, pooled interval and report (out/report.md) from its tasks' results."""
     successes, total = sum(t.successes for t in tasks), sum(t.episodes for t in tasks)
     suite = SuiteResult(tasks=tasks, episodes=total, successes=successes,
                         success_rate=float(np.mean([t.success_rate for t in tasks])), ci95=wilson_interval(successes, total),
                         mean_episode_length=float(np.mean([t.mean_episode_length for t in tasks])),
-                        training_step=tasks[0].training_step, seconds=time.perf_counter() - t0,
-                        out_dir=str(out) if out else None)
+                        training_step=tasks[0].training_step, seconds=seconds, out_dir=str(out) if out else None)
     if out is not None:
         write_suite_report(suite, out)
     return suite
 
 
-def evaluate_envs(policy, env_names: Sequence[str], episodes: int, seed: int = 1, **kwargs) -> EvalResult | SuiteResult:
-    """One env: its EvalResult (the single-env report layout); several: a SuiteResult."""
+def evaluate_envs(policy, env_names: Sequence[str], episodes: int, seed: int = 1, *, workers: int = 0, pool=None,
+                  **kwargs) -> EvalResult | SuiteResult:
+    """One env: its EvalResult (the single-env report layout); several: a SuiteResult. `workers` > 0 (or an
+    open `pool`): the batched evaluator (wamkit.eval.batched: envs in worker processes, no videos)."""
+    if workers or pool is not None:
+        return _evaluate_batched(policy, env_names, episodes, seed, workers=workers, pool=pool, **kwargs)
     if len(env_names) == 1:
         return evaluate(policy, env_names[0], episodes, seed, **kwargs)
     return evaluate_suite(policy, env_names, episodes, seed, **kwargs)
+
+
+def _evaluate_batched(policy, env_names, episodes, seed, *, out_dir=None, num_videos=None, **kwargs):
+    """`evaluate_envs` through the batched evaluator, reports in the serial layout."""
+    from wamkit.eval.batched import evaluate_batched
+    from wamkit.eval.report import write_report
+
+    t0 = time.perf_counter()
+    out = Path(out_dir) if out_dir is not None else None
+    tasks = evaluate_batched(policy, env_names, episodes, seed, **kwargs)
+    if len(tasks) == 1:
+        if out is not None:
+            tasks[0].out_dir = str(out)
+            write_report(tasks[0], out)
+        return tasks[0]
+    for t in tasks:
+        if out is not None:
+            t.out_dir = str(out / task_dir(t.env_name))
+            write_report(t, t.out_dir)
+    return suite_of(tasks, time.perf_counter() - t0, out)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -89,7 +117,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], episodes: int, seed: int = 1, *,
-                         out_dir: str | Path, num_steps: int = 10, **kwargs) -> list:
+                         out_dir: str | Path, num_steps: int = 10, workers: int = 0, device: str = "cpu", **kwargs) -> list:
     """Evaluate every checkpoint of a run (each into out_dir/step_<N>/) in one env or a suite (a list of env
     names, or a string naming envs/suites), then write out_dir/report.md, out_dir/results.json and
     out_dir/success_vs_step.png (or .svg without matplotlib)."""
@@ -98,14 +126,32 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     names = expand_env_names(env_name) if isinstance(env_name, str) else list(env_name)
     out = Path(out_dir)
     results = []
-    for iteration in list_checkpoints(run_dir):
-        policy = load_policy(iteration, num_steps=num_steps)
-        step = int(iteration.name.split("_")[1])
-        results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
-                                     **kwargs))
+    with _pool(run_dir, names, workers, kwargs) as pool:
+        for iteration in list_checkpoints(run_dir):
+            policy = load_policy(iteration, device=device, num_steps=num_steps)
+            step = int(iteration.name.split("_")[1])
+            results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
+                                         pool=pool, **kwargs))
     label = names[0] if len(names) == 1 else f"{len(names)} tasks"
     write_checkpoints_report(results, out, f"{label}: {episodes} episodes per task and checkpoint")
     return results
+
+
+def _pool(run_dir, names, workers: int, kwargs):
+    """One set of simulator workers for every checkpoint of a run (none for serial evaluation)."""
+    import contextlib
+
+    if not workers:
+        return contextlib.nullcontext()
+    from wamkit.eval.batched import pool_settings
+    from wamkit.eval.sim_eval import frame_size
+    from wamkit.sim.envs import get_spec
+    from wamkit.sim.workers import EnvWorkers
+
+    first = load_policy(list_checkpoints(run_dir)[-1], num_steps=1)
+    specs = [get_spec(n) for n in names]
+    settings = pool_settings(first, specs, frame_size(first, kwargs.get("resolution")), kwargs.get("max_episode_steps"))
+    return EnvWorkers(workers, settings)
 
 
 def _summary_line(result) -> str:
@@ -125,6 +171,7 @@ def eval_sim_main(args) -> int:
     common = dict(execute_horizon=args.horizon, resolution=getattr(args, "resolution", None),
                   max_episode_steps=getattr(args, "max_steps", None), num_steps=getattr(args, "num_steps", None) or 10,
                   verbose=True)
+    workers = getattr(args, "workers", 0) or 0
     delays = getattr(args, "inference_delay", None)
     if delays is not None:  # simulated latency: one env, every (delay, mode) pair, realtime.md
         if len(names) != 1:
@@ -135,12 +182,13 @@ def eval_sim_main(args) -> int:
         print(f"report: {out / 'realtime.md'}")
         return 0
     if getattr(args, "all_checkpoints", False):
-        for r in evaluate_checkpoints(args.path, names, args.episodes, args.seed, out_dir=out, **common):
+        for r in evaluate_checkpoints(args.path, names, args.episodes, args.seed, out_dir=out, workers=workers,
+                                      device=getattr(args, "device", "cpu"), **common):
             print(f"step {r.training_step}: {_summary_line(r)}")
         print(f"report: {out / 'report.md'}\nplot: {next(out.glob('success_vs_step.*'))}")
         return 0
     policy = load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"])
-    result = evaluate_envs(policy, names, args.episodes, args.seed, out_dir=out, **common)
+    result = evaluate_envs(policy, names, args.episodes, args.seed, out_dir=out, workers=workers, **common)
     for task in getattr(result, "tasks", []):
         print(_summary_line(task))
     print(_summary_line(result))

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 
 from wamkit.errors import DataError
 from wamkit.sim.control_rate import at_control_rate
 from wamkit.sim.base import SimError
 from wamkit.sim.envs import expand_env_names, get_spec, make_env
-from wamkit.data.writer import DEFAULT_CAMERA_KEY, LeRobotWriter, RecordedEpisode
+from wamkit.data.writer import DEFAULT_CAMERA_KEY, LeRobotWriter
+from wamkit.sim.expert import episode_seed, rollout_expert  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -47,46 +47,10 @@ class RecordSummary:
                 f"{self.resolution}x{self.resolution} px -> {self.out_dir} ({self.seconds:.1f} s)")
 
 
-def episode_seed(seed: int, attempt: int) -> int:
-    return int(seed) * 1_000_003 + int(attempt)
-
-
-def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10) -> tuple[RecordedEpisode, bool]:
-    """One expert episode; row t holds the observation before action t."""
-    obs = env.reset(seed)
-    states, actions, frames = [], [], []
-    success, extra = False, 0
-    for _ in range(max_steps):
-        action = env.expert_action()
-        states.append(obs["state"])
-        frames.append(obs.get("views", obs["image"]))
-        actions.append(action)
-        result = env.step(action)
-        obs = result.obs
-        success = success or result.success
-        if result.done and not success:  # the budget is spent or the env ended the episode as failed
-            break
-        if success:
-            if extra >= post_success_steps:
-                break
-            extra += 1
-    episode = RecordedEpisode(task=env.spec.task, states=np.stack(states).astype(np.float32),
-                              actions=np.stack(actions).astype(np.float32), frames=_stack_frames(frames))
-    return episode, success
-
-
-def _stack_frames(frames: list) -> np.ndarray | dict[str, np.ndarray]:
-    """One camera: [L, H, W, 3]. Several (observations with "views"): one such array per camera,
-    keyed `observation.images.<camera>` as LeRobot names its ALOHA cameras."""
-    if isinstance(frames[0], dict):
-        return {f"observation.images.{name}": np.stack([f[name] for f in frames]) for name in frames[0]}
-    return np.stack(frames)
-
-
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           action_repeat: int = 1, verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, workers: int = 0, verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
@@ -95,7 +59,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     the summary says how many succeeded (were kept) and which were dropped. `step_budgets[i]`
     (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
     no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
-    dataset runs at the env's fps / K (wamkit.sim.control_rate)."""
+    dataset runs at the env's fps / K (wamkit.sim.control_rate). `workers` W > 0 rolls the attempts out
+    in W simulator processes (wamkit.sim.workers); the dataset is the same, episodes in the same order."""
     t0 = time.perf_counter()
     names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
@@ -121,17 +86,20 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     dropped: list[int] = []
     kept_seeds: list[int] = []
     try:
-        for index, name in enumerate(names):
-            for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
-                                                       post_success_steps, camera, action_repeat, verbose):
-                global_attempt = index * episodes + attempt
-                if success:
-                    writer.add(episode)
-                    kept_lengths.append(len(episode.states))
-                    kept_seeds.append(episode_seed(seed, attempt))
-                else:
-                    dropped.append(global_attempt)
-                del episode
+        args = (episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, action_repeat)
+        rollouts = _attempts_in_workers(names, workers, *args) if workers > 0 else (
+            (index, *a) for index, name in enumerate(names) for a in _attempts(name, *args, verbose))
+        for index, attempt, episode, success in rollouts:
+            if verbose and workers > 0:
+                print(f"[wamkit sim] {names[index]} attempt {attempt}: {'success' if success else 'FAILED (dropped)'} "
+                      f"after {len(episode.states)} steps", flush=True)
+            if success:
+                writer.add(episode)
+                kept_lengths.append(len(episode.states))
+                kept_seeds.append(episode_seed(seed, attempt))
+            else:
+                dropped.append(index * episodes + attempt)
+            del episode
         if not kept_lengths:
             raise SimError(f"record {env_name}", f"the expert failed all {episodes * len(names)} attempts; nothing to write",
                            "raise max_episode_steps or check the simulator install")
@@ -167,10 +135,24 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
             yield attempt, episode, success
 
 
+def _attempts_in_workers(names, workers, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps,
+                         camera, action_repeat):
+    """Yield (env index, attempt, episode, success) for every env's attempts, rolled out in `workers` processes
+    (one pool for all envs, so no core idles at a task boundary), in the serial order."""
+    from wamkit.sim.workers import EnvSettings, EnvWorkers
+
+    budgets = list(step_budgets or [])
+    order = [(index, attempt) for index in range(len(names)) for attempt in range(episodes)]
+    jobs = [(names[i], episode_seed(seed, a), budgets[a] if a < len(budgets) else None, post_success_steps) for i, a in order]
+    with EnvWorkers(min(workers, len(jobs)), EnvSettings(resolution, camera, max_episode_steps, action_repeat)) as pool:
+        for (index, attempt), (episode, success) in zip(order, pool.map_ordered("expert", jobs)):
+            yield index, attempt, episode, success
+
+
 def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
-                     verbose=True)
+                     workers=getattr(args, "workers", 0), verbose=True)
     print(summary.format())
     return 0

@@ -62,6 +62,7 @@ class SimReport:
     execute_horizon: int
     num_steps: int
     training_step: int | None
+    tasks: tuple[str, ...] = ()  # the task texts whose recorded episodes are imagined (several for a suite)
 
 
 def load_sim_report(path: str | Path) -> SimReport:
@@ -79,9 +80,15 @@ def load_sim_report(path: str | Path) -> SimReport:
         raise WorldModelError(str(file), "holds the results of every checkpoint (eval sim --all-checkpoints)",
                               "pass one step_<N>/results.json per policy, e.g. --sim-reports DIR/step_*")
     try:
+        if "tasks" in data:  # a suite (eval sim ENV=metaworld/mt10): the average over its tasks, episodes of every task
+            first = data["tasks"][0]
+            return SimReport(str(file), ",".join(data["env_names"]), "; ".join(t["task"] for t in data["tasks"]),
+                             int(data["successes"]), int(data["episodes"]), float(data["success_rate"]),
+                             tuple(float(x) for x in data["ci95"]), int(first["execute_horizon"]), int(first["num_steps"]),
+                             data.get("training_step"), tuple(str(t["task"]) for t in data["tasks"]))
         return SimReport(str(file), str(data["env_name"]), str(data["task"]), int(data["successes"]), int(data["episodes"]),
                          float(data["success_rate"]), tuple(float(x) for x in data["ci95"]), int(data["execute_horizon"]),
-                         int(data["num_steps"]), data.get("training_step"))
+                         int(data["num_steps"]), data.get("training_step"), (str(data["task"]),))
     except (KeyError, TypeError, ValueError) as exc:
         raise WorldModelError(str(file), f"lacks eval sim field {exc}", "pass the results.json that eval sim wrote") from exc
 
@@ -136,15 +143,15 @@ def check_horizon(policy, wm: WorldModel, horizon: int, label: str) -> None:
                               f"pass --horizon a multiple of {wm.chunk_length} (and run eval sim with the same --horizon)")
 
 
-def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, task: str, episodes) -> list[int]:
-    """Explicit episodes, else the world model's validation episodes of the evaluated task."""
+def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, tasks: tuple[str, ...], episodes) -> list[int]:
+    """Explicit episodes, else the world model's validation episodes of the evaluated task(s)."""
     if episodes:
         return [int(e) for e in episodes]
     val = [int(e) for e in wm.contract.get("val_episodes") or []]
-    chosen = [e for e in val if dataset.episode_task(e) == task]
+    chosen = [e for e in val if dataset.episode_task(e) in tasks]
     if not chosen:
-        same = [e for e in dataset.episode_indices if dataset.episode_task(e) == task][:8]
-        raise WorldModelError("episodes", f"none of the world model's validation episodes {val} is of the task {task!r}",
+        same = [e for e in dataset.episode_indices if dataset.episode_task(e) in tasks][:8]
+        raise WorldModelError("episodes", f"none of the world model's validation episodes {val} is of the tasks {list(tasks)}",
                               f"pass --episodes (episodes of that task: {same or 'none in this dataset'})")
     return chosen
 
@@ -378,7 +385,7 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
     labels = _unique([policy_label(p) for p in policies])
     _check_reports(policies, reports, labels)
     horizons = [int(horizon or r.execute_horizon) for r in reports]
-    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].task, episodes)]
+    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].tasks, episodes)]
     too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
     if too_short:
         raise WorldModelError("episodes", f"{too_short} have fewer than chunk_length + 1 = {wm.chunk_length + 1} frames",

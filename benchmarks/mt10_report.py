@@ -1,0 +1,168 @@
+"""Issue 26's table, plot and RESULTS lines from what `benchmarks/mt10_device.sh` PHASE=1 and PHASE=2 sent back.
+
+    python benchmarks/mt10_report.py PHASE1_DIR PHASE2_DIR [--out benchmarks/mt10]
+
+Each DIR holds the phase's mt10_phase<N>.tgz (a call's files_at) or its unpacked tree. Writes
+<out>/table.md (per task and average: successes/episodes, rate, 95% Wilson interval, for wamkit, ACT and
+DP), <out>/success_vs_step.png (wamkit's checkpoints with intervals, ACT and DP as lines) and
+<out>/summary.json, then prints the RESULTS lines, every number read from the results files:
+
+    mt10_wamkit=<x> mt10_act=<y> mt10_dp=<z>
+    wm_rank_spearman=<r> n=<k> p=<p>
+
+The average's interval pools every episode (tasks have equal episode counts, so the average of the
+task rates is the pooled rate). Spearman's p is exact (all n! pairings) up to 8 policies, else
+scipy's t approximation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from wamkit.eval.sim_eval import wilson_interval  # noqa: E402
+
+METHODS = {"wamkit": "wamkit (Cosmos3 medium, x0 action head)", "act": "LeRobot ACT", "dp": "LeRobot Diffusion Policy"}
+
+
+def unpacked(directory: Path) -> Path:
+    """The phase's tree: its tgz extracted next to it (once), or the directory itself."""
+    for tgz in sorted(directory.glob("mt10_phase*.tgz")):
+        dest = directory / "unpacked"
+        if not dest.is_dir():
+            with tarfile.open(tgz) as tar:
+                tar.extractall(dest, filter="data")
+        return dest
+    return directory
+
+
+def suite_counts(results: dict) -> dict[str, tuple[int, int]]:
+    """{env: (successes, episodes)} of a `wamkit eval sim` results.json (one env or a suite)."""
+    tasks = results.get("tasks", [results])
+    return {t["env_name"]: (int(t["successes"]), int(t["episodes"])) for t in tasks}
+
+
+def policy_quality_counts(results: dict) -> dict[str, tuple[int, int]]:
+    """The same from benchmarks/policy_quality.py's results.json (its one ok row)."""
+    rows = [r for r in results["rows"] if r["status"] == "ok"]
+    if not rows:
+        raise SystemExit(f"policy_quality results hold no finished row: {[r['status'] for r in results['rows']]}")
+    return {env: (int(k), int(n)) for env, (k, n) in rows[0]["extra"]["per_task"].items()}
+
+
+def average(counts: dict[str, tuple[int, int]]) -> dict:
+    """Mean of the task rates and the pooled 95% Wilson interval."""
+    k, n = sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values())
+    rate = sum(c[0] / c[1] for c in counts.values()) / len(counts)
+    return {"successes": k, "episodes": n, "rate": rate, "ci95": list(wilson_interval(k, n))}
+
+
+def spearman_with_p(scores: list[float], success: list[float]) -> dict:
+    """Spearman's rho of the world model's scores against sim success, and its two-sided p-value."""
+    from wamkit.worldmodel.policy_eval import EXACT_P_MAX_N, spearman, spearman_p_exact
+
+    rho = spearman(scores, success)
+    if rho is None:
+        return {"rho": None, "p": None, "n": len(scores), "p_method": "undefined: constant ranks"}
+    if len(scores) <= EXACT_P_MAX_N:
+        return {"rho": rho, "p": spearman_p_exact(scores, success), "n": len(scores), "p_method": "exact permutation"}
+    from scipy.stats import spearmanr
+
+    return {"rho": rho, "p": float(spearmanr(scores, success).pvalue), "n": len(scores), "p_method": "scipy t approximation"}
+
+
+def curve_points(curve_dir: Path) -> list[dict]:
+    """(training step, rate, interval) of every checkpoint `eval sim --all-checkpoints` evaluated."""
+    points = []
+    for results in sorted(curve_dir.glob("step_*/results.json")):
+        data = json.loads(results.read_text())
+        points.append({"step": int(results.parent.name.split("_")[1]), **average(suite_counts(data))})
+    return points
+
+
+def cell(counts: tuple[int, int]) -> str:
+    k, n = counts
+    lo, hi = wilson_interval(k, n)
+    return f"{k}/{n} = {k / n:.2f} ({lo:.2f}–{hi:.2f})"
+
+
+def table(per_method: dict[str, dict[str, tuple[int, int]]], averages: dict[str, dict]) -> str:
+    methods = list(per_method)
+    lines = ["| task | " + " | ".join(METHODS[m] for m in methods) + " |", "| --- |" + " --- |" * len(methods)]
+    for env in per_method[methods[0]]:
+        lines.append(f"| {env.split('/')[-1]} | " + " | ".join(cell(per_method[m][env]) for m in methods) + " |")
+    lines.append("| **average** | " + " | ".join(
+        f"**{a['rate']:.3f}** ({a['ci95'][0]:.2f}–{a['ci95'][1]:.2f})" for a in (averages[m] for m in methods)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(points: list[dict], averages: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    steps = [p["step"] for p in points]
+    rates = [p["rate"] for p in points]
+    err = [[p["rate"] - p["ci95"][0] for p in points], [p["ci95"][1] - p["rate"] for p in points]]
+    ax.errorbar(steps, rates, yerr=err, marker="o", capsize=3, label="wamkit checkpoints")
+    for method, style in (("act", "--"), ("dp", ":")):
+        if method in averages:
+            ax.axhline(averages[method]["rate"], linestyle=style, color="gray", label=f"{METHODS[method]} (final)")
+    ax.set(xlabel="training step", ylabel="MT10 average success", ylim=(0, 1), title="Meta-World MT10, held-out seeds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def judge_summary(report_path: Path) -> dict | None:
+    """The world model's scores and the sim success of the policies it ranked, with Spearman's rho."""
+    if not report_path.is_file():
+        return None
+    report = json.loads(report_path.read_text())
+    scores = [p["score"] for p in report["policies"]]
+    success = [p["success_rate"] for p in report["policies"]]
+    return {"policies": [{"label": p["label"], "score": p["score"], "success_rate": p["success_rate"]}
+                         for p in report["policies"]], **spearman_with_p(scores, success)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("phase1", type=Path)
+    p.add_argument("phase2", type=Path)
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "mt10")
+    args = p.parse_args(argv)
+    one, two = unpacked(args.phase1), unpacked(args.phase2)
+    per_method = {"wamkit": suite_counts(json.loads((one / "eval/final/results.json").read_text())),
+                  "act": policy_quality_counts(json.loads((two / "eval/act/results.json").read_text())),
+                  "dp": policy_quality_counts(json.loads((two / "eval/diffusion/results.json").read_text()))}
+    averages = {m: average(c) for m, c in per_method.items()}
+    points = curve_points(one / "eval/curve")
+    judge = judge_summary(one / "eval/judge/report.json")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table.md").write_text(table(per_method, averages))
+    if points:
+        plot(points, averages, args.out / "success_vs_step.png")
+    (args.out / "summary.json").write_text(json.dumps({"per_task": per_method, "average": averages, "curve": points,
+                                                       "judge": judge}, indent=2))
+    print(table(per_method, averages))
+    print(f"mt10_wamkit={averages['wamkit']['rate']:.3f} mt10_act={averages['act']['rate']:.3f} "
+          f"mt10_dp={averages['dp']['rate']:.3f}")
+    if judge is None:
+        print("wm_rank_spearman: no judge report in phase 1")
+    else:
+        rho = "undefined" if judge["rho"] is None else f"{judge['rho']:.3f}"
+        p_text = "" if judge["p"] is None else f" p={judge['p']:.3g}"
+        print(f"wm_rank_spearman={rho} n={judge['n']}{p_text} ({judge['p_method']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

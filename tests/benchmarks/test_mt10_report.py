@@ -1,0 +1,63 @@
+"""benchmarks/mt10_report.py on hand-made phase results: per-task and pooled intervals, the RESULTS lines read
+from the files, Spearman's rho with its exact p-value; and the LeRobot time box's step count."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+ENVS = ["metaworld/reach-v3", "metaworld/push-v3"]
+
+
+def _load(monkeypatch, name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _suite(counts, step=None):
+    return {"tasks": [{"env_name": e, "successes": k, "episodes": n} for e, (k, n) in zip(ENVS, counts)],
+            "training_step": step}
+
+
+def _write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_report_pools_intervals_and_prints_measured_lines(tmp_path, monkeypatch, capsys):
+    report = _load(monkeypatch, "mt10_report")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
+    for step, counts in ((100, [(1, 4), (0, 4)]), (200, [(3, 4), (1, 4)])):
+        _write(one / f"eval/curve/step_{step:09d}/results.json", _suite(counts, step))
+    scores, success = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0.1, 0.2, 0.3, 0.4, 0.6, 0.5]
+    _write(one / "eval/judge/report.json", {"policies": [{"label": f"p{i}", "score": s, "success_rate": r}
+                                                         for i, (s, r) in enumerate(zip(scores, success))]})
+    for method, counts in (("act", [(5, 10), (2, 10)]), ("diffusion", [(4, 10), (4, 10)])):
+        _write(two / f"eval/{method}/results.json", {"rows": [{"status": "ok", "extra": {"per_task": dict(zip(ENVS, counts))}}]})
+    assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "mt10_wamkit=0.750 mt10_act=0.350 mt10_dp=0.400" in out
+    # one swapped pair of 6: rho = 1 - 6 * 2 / (6 * 35) = 0.943, p from all 720 pairings
+    rho = report.spearman_with_p(scores, success)
+    assert rho["rho"] == pytest.approx(1 - 6 * 2 / (6 * 35)) and rho["p_method"] == "exact permutation"
+    assert f"wm_rank_spearman={rho['rho']:.3f} n=6 p={rho['p']:.3g}" in out and 0 < rho["p"] < 0.05
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["average"]["wamkit"]["successes"] == 15 and summary["average"]["wamkit"]["episodes"] == 20
+    lo, hi = summary["average"]["wamkit"]["ci95"]
+    assert lo < 0.75 < hi  # the pooled Wilson interval of 15/20
+    assert [p["step"] for p in summary["curve"]] == [100, 200]
+    assert "| reach-v3 | 9/10 = 0.90" in (tmp_path / "out" / "table.md").read_text()
+    assert (tmp_path / "out" / "success_vs_step.png").stat().st_size > 0
+
+
+def test_time_box_fixes_steps_from_the_measured_rate(monkeypatch):
+    pq = _load(monkeypatch, "policy_quality")
+    assert pq.steps_in_budget(0.5, 100.0, 20) == 220
+    assert pq.steps_in_budget(0.5, -3.0, 20) == 20  # already over: stop after the probe
