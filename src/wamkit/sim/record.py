@@ -8,6 +8,7 @@ counted in the summary and never mixed into the data.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -86,7 +87,7 @@ def _stack_frames(frames: list) -> np.ndarray | dict[str, np.ndarray]:
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           action_repeat: int = 1, verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, verbose: bool = False, workers: int = 1) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
@@ -95,7 +96,9 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     the summary says how many succeeded (were kept) and which were dropped. `step_budgets[i]`
     (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
     no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
-    dataset runs at the env's fps / K (wamkit.sim.control_rate)."""
+    dataset runs at the env's fps / K (wamkit.sim.control_rate). `workers` > 1 rolls attempts out in that
+    many processes; every attempt's seed depends only on its index and the writer takes the results in
+    attempt order, so the dataset is the same as with one worker."""
     t0 = time.perf_counter()
     names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
@@ -122,8 +125,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     kept_seeds: list[int] = []
     try:
         for index, name in enumerate(names):
-            for attempt, episode, success in _attempts(name, episodes, seed, resolution, max_episode_steps, step_budgets,
-                                                       post_success_steps, camera, action_repeat, verbose):
+            job = (name, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, action_repeat, verbose)
+            for attempt, episode, success in _attempts_in(workers, episodes, job):
                 global_attempt = index * episodes + attempt
                 if success:
                     writer.add(episode)
@@ -151,13 +154,13 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     return summary
 
 
-def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera,
-              action_repeat, verbose):
-    """Yield (attempt, episode, success) for `episodes` expert attempts in one env."""
+def _attempts(env_name, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, action_repeat,
+              verbose, attempts):
+    """Yield (attempt, episode, success) for the given expert attempts in one env (one env build)."""
     budgets = list(step_budgets or [])
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, action_repeat)
-        for attempt in range(episodes):
+        for attempt in attempts:
             budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
             budget = min(int(budget), env.max_episode_steps)
             episode, success = rollout_expert(env, episode_seed(seed, attempt), budget, post_success_steps)
@@ -167,10 +170,31 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
             yield attempt, episode, success
 
 
+def _attempt_block(job: tuple, attempts: list[int]) -> list:
+    """One worker's contiguous block of attempts (a process builds its env once)."""
+    return list(_attempts(*job, attempts))
+
+
+def _attempts_in(workers: int, episodes: int, job: tuple):
+    """(attempt, episode, success) in attempt order, from `workers` processes (spawned: MuJoCo's GL
+    context must not be forked). Blocks are small (about 2 per worker), so the parent's writer,
+    which encodes as results arrive, holds at most a few blocks of frames."""
+    if workers <= 1 or episodes <= 1:
+        yield from _attempts(*job, range(episodes))
+        return
+    import multiprocessing
+
+    size = max(1, episodes // (2 * workers))
+    blocks = [list(range(i, min(i + size, episodes))) for i in range(0, episodes, size)]
+    with multiprocessing.get_context("spawn").Pool(min(workers, len(blocks))) as pool:
+        for block in pool.imap(functools.partial(_attempt_block, job), blocks):
+            yield from block
+
+
 def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
-                     verbose=True)
+                     verbose=True, workers=getattr(args, "workers", 1))
     print(summary.format())
     return 0

@@ -18,7 +18,8 @@ from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 NOMINAL_VIEW = (720, 1280)  # camera size assumed by a dry run without the dataset (then fitted to the tier)
 
 
-def describe(cfg) -> str:
+def describe(cfg, dcfg=None) -> str:
+    """`dcfg`: a distillation recipe's [distill] section, whose extra models the memory lines count."""
     lines = ["# resolved config", format_config(cfg)]
     video_tok, text_tok = build_tokenizers(cfg) if cfg.model.tokenizer == "pixel" else (None, None)
     channels = video_tok.latent_channels if video_tok else 48
@@ -38,7 +39,7 @@ def describe(cfg) -> str:
     lines.append("# batch")
     lines.append(f"samples per step per rank = {t.samples_per_step} x grad_accum {t.grad_accum_iter} (x world size under torchrun)")
     lines.append("global batch = " + ", ".join(f"{w} GPU{'s' if w > 1 else ''}: {t.samples_per_step * t.grad_accum_iter * w}" for w in (1, 8, 64)))
-    lines.extend(memory_lines(cfg, model, tokens))
+    lines.extend(memory_lines(cfg, model, tokens, dcfg))
     lines.extend(checkpoint_lines(params, cfg))
     return "\n".join(lines)
 
@@ -71,9 +72,10 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
     return lines
 
 
-def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
+def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
     """The per-GPU estimate (wamkit.train.memory, the trainer's own gate) at 1, 2 and 8 GPUs, judged
-    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not."""
+    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not.
+    A distillation run (`dcfg`) is counted with every model it holds (memory.distill_estimate)."""
     import torch
 
     from wamkit.train import memory
@@ -88,6 +90,8 @@ def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
         usable = total * (1 - memory.GATE_MARGIN)
         against = f"an H200 ({total / memory.GIB:.1f} GiB, {usable / memory.GIB:.1f} usable; no GPU here)"
     lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
+    if dcfg is not None:
+        return lines + distill_memory_lines(cfg, model, tokens_per_sample, dcfg, vae, usable)
     for world in (1, 2, 8):
         est = memory.estimate(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae)
         verdict = "fits" if est["total"] <= usable else "DOES NOT FIT"
@@ -95,6 +99,31 @@ def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
     one = memory.Knobs.from_config(cfg, 1)
     if memory.estimate(counts, one, tokens_per_sample, vae)["total"] > usable:
         lines.append(memory.fit_report(counts, memory.lora_counts_for(model, cfg), one, tokens_per_sample, vae, usable))
+    return lines
+
+
+def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usable: float) -> list[str]:
+    """The distillation estimate at 1, 2 and 8 GPUs, and on one GPU with LoRA adapters when the full
+    fine-tune does not fit there (the gate's advice for a single model does not apply: it would count
+    one model)."""
+    from wamkit.model.tokenizer import TEMPORAL_FACTOR
+    from wamkit.train import memory
+
+    frames = cfg.data.chunk_length // TEMPORAL_FACTOR
+    chunks = -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
+    counts = memory.model_counts(model, cfg.lora.enabled)
+    lines = [f"distillation ({dcfg.method}): the student, its EMA model and the "
+             + ("frozen teacher" if dcfg.method == "tf_dcm" else f"frozen reference and the critic; the student turn keeps {chunks} chunks' activations")]
+
+    def line(label: str, c, knobs) -> float:
+        est = memory.distill_estimate(c, knobs, tokens_per_sample, vae, dcfg.method, chunks)
+        lines.append(f"{label}: {memory.format_estimate(est)}  -> {'fits' if est['total'] <= usable else 'DOES NOT FIT'}")
+        return est["total"]
+
+    for world in (1, 2, 8):
+        one = line(f"{world} GPU{'s' if world > 1 else ''}", counts, memory.Knobs.from_config(cfg, world))
+        if world == 1 and one > usable and not cfg.lora.enabled:
+            line("1 GPU with --set lora.enabled=true", memory.lora_counts_for(model, cfg), memory.Knobs.from_config(cfg, 1))
     return lines
 
 
