@@ -52,7 +52,8 @@ def test_chunked_sampling_is_the_distillation_rollout(chain):
     the same noise in the same order and must produce the same video."""
     trainer = chain["trainer"]
     trainer.exit_step = lambda chunk: len(trainer.student_sigmas) - 2
-    samples = trainer.data.samples("train", trainer.cfg)[:2]
+    data = trainer.data.samples("train", trainer.cfg)
+    samples = [data[0], data[1]]
     latents = [trainer.video_tokenizer.encode(s.video.unsqueeze(0))[0].float() for s in samples]
     with torch.no_grad():
         rolled = trainer.rollout(samples, latents, [torch.Generator().manual_seed(i) for i in range(2)], with_grad=False)
