@@ -7,7 +7,7 @@
 #
 #   bash benchmarks/bimanual_wheels.sh        # fills .whl_bimanual/ (~58 MB) and .gl/ (EGL loader .debs)
 #
-# Add /.whl_bimanual/ and /.gl/ to .git/info/exclude. dm_control's wheel is 56 MB, mostly assets of
+# /.whl_bimanual/ and /.gl/ are git-ignored (.gitignore). dm_control's wheel is 56 MB, mostly assets of
 # suites wamkit never loads (locomotion's soccer and walkers, the dog model, test assets): it is
 # repacked without them (dm_control.suite and dm_control.mujoco, which gym-aloha imports, keep every
 # file they read), so the set fits the 64 MiB a call carries with the working tree. labmaze (imported
