@@ -47,16 +47,20 @@ CAMERAS = "top,left_wrist,right_wrist"
 #   optimizer.lr            the recipes' 3e-5 fine-tunes a pretrained Nano; a random start in minutes needs more
 #   model.attention         per_sample everywhere: the distillation stages never use flex, and flex without
 #                           compiled layers runs unfused
+#   data.num_workers        decoding the bundle's windows off the training process (16 host cores)
 SCALES = {
     "gpu": {
         "common": {"model.preset": "medium", "model.tokenizer": "pixel", "model.vae_path": "", "model.pixel_spatial_factor": 8,
-                   "model.attention": "per_sample", "trainer.progress_bar": "false", "trainer.val_every": 0, "trainer.log_every": 1},
+                   "model.attention": "per_sample", "trainer.progress_bar": "false", "trainer.val_every": 0, "trainer.log_every": 1,
+                   "data.num_workers": 6},
         "record": {"episodes": 160, "resolution": 64, "action_repeat": 2, "workers": 14, "chunk_length": 32, "stride": 16,
                    "val_fraction": 0.1},
-        0: {"trainer.max_iter": 1500, "trainer.samples_per_step": 16, "checkpoint.save_iter": 500, "scheduler.warm_up_steps": "[100]", "optimizer.lr": 5e-4},
-        1: {"trainer.max_iter": 900, "trainer.samples_per_step": 16, "checkpoint.save_iter": 300, "scheduler.warm_up_steps": "[50]", "optimizer.lr": 3e-4},
-        2: {"trainer.max_iter": 400, "trainer.samples_per_step": 8, "checkpoint.save_iter": 200, "scheduler.warm_up_steps": "[20]", "optimizer.lr": 1e-4},
-        3: {"trainer.max_iter": 240, "trainer.samples_per_step": 4, "checkpoint.save_iter": 120, "scheduler.warm_up_steps": "[10]", "optimizer.lr": 5e-5},
+        # Steps from ~70 samples/s (medium width, per_sample attention, one H200: benchmarks/RESULTS.md, issue 7),
+        # so that phase 1 (data, stages 0-1) and phase 2 (stages 2-3, judging) each end inside 10 minutes.
+        0: {"trainer.max_iter": 1000, "trainer.samples_per_step": 16, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[100]", "optimizer.lr": 5e-4},
+        1: {"trainer.max_iter": 600, "trainer.samples_per_step": 16, "checkpoint.save_iter": 200, "scheduler.warm_up_steps": "[50]", "optimizer.lr": 3e-4},
+        2: {"trainer.max_iter": 500, "trainer.samples_per_step": 8, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[25]", "optimizer.lr": 1e-4},
+        3: {"trainer.max_iter": 360, "trainer.samples_per_step": 4, "checkpoint.save_iter": 120, "scheduler.warm_up_steps": "[12]", "optimizer.lr": 5e-5},
         "phase_s": 560,  # inside a 600 s call: what is left when a stage starts bounds it
     },
     "smoke": {

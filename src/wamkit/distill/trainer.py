@@ -468,8 +468,8 @@ class DistillTrainer:
         if self.step >= cfg.max_iter:
             return self.summary()
         logger = MetricsLogger(self.run_dir, self.step) if main else None
-        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step, 0,
-                              self.ctx.rank, self.ctx.world_size)
+        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
+                              self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size)
         self.student.train()
         try:
             while self.step < cfg.max_iter:
