@@ -18,7 +18,7 @@ finite losses and gradient norms in every logged step, a completed save at its l
 fresh-process readback of it; stage 3 must show the 1 student : 5 critic schedule step by step.
 
 Judging (held-out episodes, autoregressive: each chunk starts from the model's own last frame): the stage-3
-4-step student (EMA), the stage-1 teacher on stage 2's 16-step teacher grid, copy-last-frame; generated
+4-step student (EMA), the stage-1 teacher (EMA) at `wamkit eval wm`'s 30 Euler steps per chunk, copy-last-frame; generated
 video seconds per wall second of both; a PNG strip and an mp4 of ground truth | teacher | student; then
 `wamkit export --student-only` and `wamkit eval wm` of the export must reproduce the run's numbers.
 Run dirs live under --work (/tmp on the device machine: kept between back-to-back calls while it is
@@ -57,8 +57,8 @@ SCALES = {
                    "val_fraction": 0.1},
         # Steps from ~70 samples/s (medium width, per_sample attention, one H200: benchmarks/RESULTS.md, issue 7),
         # so that phase 1 (data, stages 0-1) and phase 2 (stages 2-3, judging) each end inside 10 minutes.
-        0: {"trainer.max_iter": 1000, "trainer.samples_per_step": 16, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[100]", "optimizer.lr": 5e-4},
-        1: {"trainer.max_iter": 600, "trainer.samples_per_step": 16, "checkpoint.save_iter": 200, "scheduler.warm_up_steps": "[50]", "optimizer.lr": 3e-4},
+        0: {"trainer.max_iter": 800, "trainer.samples_per_step": 16, "checkpoint.save_iter": 200, "scheduler.warm_up_steps": "[80]", "optimizer.lr": 5e-4},
+        1: {"trainer.max_iter": 500, "trainer.samples_per_step": 16, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[50]", "optimizer.lr": 3e-4},
         2: {"trainer.max_iter": 500, "trainer.samples_per_step": 8, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[25]", "optimizer.lr": 1e-4},
         3: {"trainer.max_iter": 360, "trainer.samples_per_step": 4, "checkpoint.save_iter": 120, "scheduler.warm_up_steps": "[12]", "optimizer.lr": 5e-5},
         "phase_s": 560,  # inside a 600 s call: what is left when a stage starts bounds it
@@ -79,7 +79,20 @@ SCALES = {
         "phase_s": 3600,
     },
 }
-TEACHER_EVAL = ["--num-steps", "16", "--shift", "1.0"]  # stage 2's teacher grid: 16 Euler steps at shift 1
+
+
+def shapes_scale(gpu: dict) -> dict:
+    """The GPU scale's shapes (width, cameras, frame size, chunk, stage-1 chunking, batch of stage 3) with
+    CPU-sized counts: `--scale shapes` checks on a CPU that the GPU run's configuration builds and steps."""
+    out = {**gpu, "record": {**gpu["record"], "episodes": 3, "workers": 2, "val_fraction": 0.34}, "phase_s": 3600}
+    for stage, iters in ((0, 2), (1, 2), (2, 2), (3, 6)):
+        out[stage] = {**gpu[stage], "trainer.max_iter": iters, "checkpoint.save_iter": iters, "scheduler.warm_up_steps": "[1]",
+                      "trainer.samples_per_step": min(gpu[stage]["trainer.samples_per_step"], 4)}
+    return out
+
+
+SCALES["shapes"] = shapes_scale(SCALES["gpu"])
+TEACHER_STEPS = 30  # the teacher at its own step count: `wamkit eval wm`'s default (the seed's 30 Euler steps), training shift
 EXPORT_TOLERANCE = {"psnr": 0.02, "ssim": 2e-4}
 
 
@@ -170,7 +183,8 @@ class Chain:
 
 
 # ---- data ---------------------------------------------------------------------------------------
-def make_data(chain: Chain) -> dict:
+def make_data(chain: Chain, validate: bool = True) -> dict:
+    """Record, bundle and validate for every stage; what is already under --work is kept."""
     r = chain.scale["record"]
     if not (chain.raw / "meta" / "info.json").is_file():
         shutil.rmtree(chain.raw, ignore_errors=True)
@@ -181,7 +195,7 @@ def make_data(chain: Chain) -> dict:
         shutil.rmtree(chain.bundle, ignore_errors=True)
         run(wamkit("data", "bundle", str(chain.raw), str(chain.bundle), "--chunk-length", str(r["chunk_length"]),
                    "--stride", str(r["stride"]), "--val-fraction", str(r["val_fraction"]), "--seed", "0"), chain.out, "bundle")
-    for stage in range(4):
+    for stage in range(4 if validate else 0):
         report = json.loads(run(wamkit("data", "validate", "--bundle", str(chain.bundle), "--materialize", "--stage", str(stage)),
                                 chain.out, f"validate_stage{stage}"))
         assert report["passed"] and report.get("materialized"), f"stage {stage}: {report}"
@@ -284,7 +298,7 @@ def summary_of(report: dict) -> dict:
 
 def judge(chain: Chain) -> dict:
     student = summary_of(eval_wm(chain, chain.run_dir(3), "student"))
-    teacher = summary_of(eval_wm(chain, chain.run_dir(1), "teacher", TEACHER_EVAL))
+    teacher = summary_of(eval_wm(chain, chain.run_dir(1), "teacher", ["--num-steps", str(TEACHER_STEPS)]))
     assert student["episodes"] == teacher["episodes"] and student["copy_last_psnr"] == teacher["copy_last_psnr"]
     assert student["settings"]["student_sigmas"] and teacher["settings"]["student_sigmas"] is None
     export = chain.work / "export_student"
@@ -314,7 +328,7 @@ def side_by_side(chain: Chain, episode: int) -> list[str]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ep = open_episodes(chain.bundle).load(episode)
     videos = {}
-    for name, path, kw in (("teacher", chain.run_dir(1), {"num_steps": 16, "shift": 1.0}), ("student", chain.run_dir(3), {})):
+    for name, path, kw in (("teacher", chain.run_dir(1), {"num_steps": TEACHER_STEPS}), ("student", chain.run_dir(3), {})):
         r = rollout_episode(WorldModel.from_path(path, device=device, **kw), ep, "autoregressive", seed=0)
         videos["ground truth"] = torch.cat([r.real[0, :1]] + [c[1:] for c in r.real]).numpy()
         videos[name] = torch.cat([r.pred[0, :1]] + [c[1:] for c in r.pred]).numpy()
@@ -412,7 +426,7 @@ def phase2(chain: Chain) -> None:
 
 
 def phase3(chain: Chain, preset: str, steps: int) -> None:
-    make_data(chain)  # a no-op where phase 1 left the bundle; recorded again on a fresh machine
+    make_data(chain, validate=not (chain.bundle / "samples.json").is_file())  # recorded again on a fresh machine only
     rows = nano(chain, preset, steps)
     write_results(chain, "phase3", {"preset": preset, "steps": steps, "stages": rows})
     for r in rows:
@@ -426,6 +440,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bimanual"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bimanual/out")))
     parser.add_argument("--nano-steps", type=int, default=3)
+    parser.add_argument("--scale", choices=sorted(SCALES), default=None, help="default: smoke for --phase smoke, else gpu")
     parser.add_argument("--readback", help=argparse.SUPPRESS)
     parser.add_argument("--nano-probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -436,7 +451,7 @@ def main(argv=None) -> int:
         print(json.dumps(nano_probe(args.nano_probe[0], args.nano_probe[1], args.nano_probe[2:])))
         return 0
     smoke = args.phase == "smoke"
-    chain = Chain(args.work, args.out, "smoke" if smoke else "gpu")
+    chain = Chain(args.work, args.out, args.scale or ("smoke" if smoke else "gpu"))
     t0 = time.perf_counter()
     DEADLINE[0] = t0 + chain.scale["phase_s"]
     if args.phase in ("1", "smoke"):

@@ -6,9 +6,9 @@
 # again on a fresh machine).
 #
 #   PHASE=1 bash benchmarks/bimanual_chain_device.sh   # ~8.5 min: install 0.5, record 160 episodes on 14 processes ~1,
-#                                                      #   bundle + validate x4 ~1, stage 0 (1000 x 16) ~4, stage 1 (600 x 16) ~2.5
+#                                                      #   bundle + validate x4 ~1, stage 0 (800 x 16) ~3.5, stage 1 (500 x 16) ~2.5
 #   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~7 min: stage 2 (500 x 8) ~1.5, stage 3 (360 x 4 = 60 student +
-#                                                      #   300 critic updates) ~2.5, judging (student, teacher at 16 steps,
+#                                                      #   300 critic updates) ~2.5, judging (student, teacher at 30 steps,
 #                                                      #   export + its eval, strip) ~2
 #   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min: Nano width, each stage's first 3 steps (0, 1 with LoRA) or
 #                                                      #   its estimate and the GPU count it needs (2, 3), peak vs --dry-run
