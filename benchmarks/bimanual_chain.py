@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,22 +107,26 @@ DEADLINE = [math.inf]  # perf_counter time by which the phase must be done (set 
 
 def run(cmd: list[str], out: Path, name: str, env: dict | None = None, ok: tuple[int, ...] = (0,)) -> str:
     """Run a command, its output written to out/<name>.log, within the phase's deadline; raise with the
-    log's tail if it fails or runs out of time (a stage stopped so resumes from its last save when the
-    phase is run again: runs resume by name)."""
+    log's tail if it fails or runs out of time. The command gets a process group of its own (in this
+    session, so the device machine's cleanup still reaches it), and the whole group is stopped at the
+    deadline: torchrun's worker must not outlive its launcher and write into a run the next call resumes."""
     log(f"$ {' '.join(cmd)}")
     t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, process_group=0)
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=max(DEADLINE[0] - t0, 1.0))
-    except subprocess.TimeoutExpired as exc:
-        (out / f"{name}.log").write_text(exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""))
+        stdout, _ = proc.communicate(timeout=max(DEADLINE[0] - t0, 1.0))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, _ = proc.communicate()
+        (out / f"{name}.log").write_text(stdout)
         raise SystemExit(f"{name} stopped by the phase deadline after {time.perf_counter() - t0:.0f} s; run the same phase "
-                         "again on the warm machine: a stage resumes from its last checkpoint") from None
-    (out / f"{name}.log").write_text(proc.stdout)
+                         "again on the warm machine: a stage resumes from its last checkpoint (runs resume by name)") from None
+    (out / f"{name}.log").write_text(stdout)
     log(f"{name}: exit {proc.returncode} after {time.perf_counter() - t0:.1f} s")
     if proc.returncode not in ok:
-        raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
-    return proc.stdout
+        raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{stdout[-3000:]}")
+    return stdout
 
 
 def wamkit(*args: str) -> list[str]:
@@ -138,9 +143,10 @@ def launcher(command: str) -> list[str]:
 
 
 def sets(pairs: dict) -> list[str]:
+    """--set KEY=VALUE for each pair, an empty value as '' (the CLI's empty string)."""
     out = []
     for key, value in pairs.items():
-        out += ["--set", f"{key}={value if value != '' else chr(39) * 2}"]
+        out += ["--set", f"{key}={value}" if value != "" else f"{key}=''"]
     return out
 
 
