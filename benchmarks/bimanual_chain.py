@@ -208,11 +208,26 @@ def make_data(chain: Chain, validate: bool = True) -> dict:
     manifest = json.loads((chain.bundle / "manifest.json").read_text())
     samples = json.loads((chain.bundle / "samples.json").read_text())
     assert manifest["stats"] == {**manifest["stats"], "kind": "global_asinh", "pinned": True}, manifest["stats"]
+    check_raw_actions(chain, samples[0])
     splits = {s: sorted({x["episode_id"] for x in samples if x["split"] == s}) for s in ("train", "val")}
     summary = {"episodes": {k: len(v) for k, v in splits.items()}, "val_episodes": splits["val"], "frame_size": manifest["frame_size"],
                "windows": {s: sum(x["split"] == s for x in samples) for s in splits}, "fps": manifest["fps"]}
     log(f"bundle: {json.dumps(summary)}")
     return summary
+
+
+def check_raw_actions(chain: Chain, record: dict) -> None:
+    """The bundle keeps raw actions (the seed's contract): its joint targets are the recorded ones in rad,
+    not normalized values, row t leading from frame t to t+1."""
+    import numpy as np
+
+    from wamkit.bimanual.schema import index
+    from wamkit.data import LeRobotV3Dataset
+
+    episode = int(record["episode_id"].removeprefix("ep"))
+    bundled = np.load(chain.bundle / record["actions"])
+    recorded = LeRobotV3Dataset(chain.raw).episode_columns(episode, ["action"])["action"]
+    assert np.allclose(bundled[:, index("left.joint_pos_1")], recorded[:-1, 0], atol=1e-6), "bundle actions are not the raw ones"
 
 
 # ---- stages -------------------------------------------------------------------------------------
@@ -250,6 +265,9 @@ def check_stage(chain: Chain, stage: int) -> dict:
               "samples_per_s_median": sorted(r["samples_per_s"] for r in records)[len(records) // 2], "readback": readback}
     if stage == 3:
         result["schedule"] = check_schedule(records, marker)
+        for role in ("student", "critic"):  # the two losses differ in kind: never averaged together
+            last = [r["loss"] for r in records if r["role"] == role][-10:]
+            result[f"{role}_loss_last10_mean"] = sum(last) / len(last)
     (chain.out / f"stage{stage}_metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
     log(f"stage {stage} accepted: {json.dumps(result)}")
     return result

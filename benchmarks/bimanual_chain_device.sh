@@ -20,8 +20,9 @@ set -o pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_bimanual/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MUJOCO_GL=egl OMP_NUM_THREADS=1
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json \
-       __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+EGL_VENDOR=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json  # where the device README says the driver's EGL lives
+[ -f $EGL_VENDOR ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$EGL_VENDOR
+python3 -c "import mujoco; mujoco.Renderer(mujoco.MjModel.from_xml_string('<mujoco/>'), 16, 16); print('MuJoCo EGL ok')" || exit 1
 W=/tmp/bimanual; R=$W/out_phase${PHASE:?set PHASE=1, 2 or 3}; mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$R/machine.txt"
 python3 benchmarks/bimanual_chain.py --phase "$PHASE" --work $W --out "$R" 2>&1 | tee "$R/driver.log"
