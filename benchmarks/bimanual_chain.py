@@ -58,8 +58,8 @@ SCALES = {
                    "val_fraction": 0.1},
         # Steps from ~70 samples/s (medium width, per_sample attention, one H200: benchmarks/RESULTS.md, issue 7),
         # so that phase 1 (data, stages 0-1) and phase 2 (stages 2-3, judging) each end inside 10 minutes.
-        0: {"trainer.max_iter": 800, "trainer.samples_per_step": 16, "checkpoint.save_iter": 200, "scheduler.warm_up_steps": "[80]", "optimizer.lr": 5e-4},
-        1: {"trainer.max_iter": 500, "trainer.samples_per_step": 16, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[50]", "optimizer.lr": 3e-4},
+        0: {"trainer.max_iter": 700, "trainer.samples_per_step": 16, "checkpoint.save_iter": 175, "scheduler.warm_up_steps": "[70]", "optimizer.lr": 5e-4},
+        1: {"trainer.max_iter": 450, "trainer.samples_per_step": 16, "checkpoint.save_iter": 150, "scheduler.warm_up_steps": "[45]", "optimizer.lr": 3e-4},
         2: {"trainer.max_iter": 500, "trainer.samples_per_step": 8, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[25]", "optimizer.lr": 1e-4},
         3: {"trainer.max_iter": 360, "trainer.samples_per_step": 4, "checkpoint.save_iter": 120, "scheduler.warm_up_steps": "[12]", "optimizer.lr": 5e-5},
         "phase_s": 560,  # inside a 600 s call: what is left when a stage starts bounds it
@@ -120,8 +120,9 @@ def run(cmd: list[str], out: Path, name: str, env: dict | None = None, ok: tuple
         os.killpg(proc.pid, signal.SIGTERM)
         stdout, _ = proc.communicate()
         (out / f"{name}.log").write_text(stdout)
-        raise SystemExit(f"{name} stopped by the phase deadline after {time.perf_counter() - t0:.0f} s; run the same phase "
-                         "again on the warm machine: a stage resumes from its last checkpoint (runs resume by name)") from None
+        raise SystemExit(f"{name} stopped by the phase deadline after {time.perf_counter() - t0:.0f} s; on the warm machine "
+                         "run the next phase (phase 2 first finishes stages 0 and 1) or this one again: a stage resumes "
+                         "from its last checkpoint (runs resume by name)") from None
     (out / f"{name}.log").write_text(stdout)
     log(f"{name}: exit {proc.returncode} after {time.perf_counter() - t0:.1f} s")
     if proc.returncode not in ok:
@@ -231,8 +232,20 @@ def check_raw_actions(chain: Chain, record: dict) -> None:
 
 
 # ---- stages -------------------------------------------------------------------------------------
+def complete(chain: Chain, stage: int) -> bool:
+    """Whether the stage's latest completed save is its last step."""
+    from wamkit.train import checkpoint as ckpt
+
+    latest = ckpt.latest_checkpoint(chain.run_dir(stage) / "checkpoints")
+    return latest is not None and ckpt.read_marker(latest)["step"] == int(chain.scale[stage]["trainer.max_iter"])
+
+
 def train_stage(chain: Chain, stage: int) -> dict:
-    """One stage through its recipe's usage line (resumes by run name if a checkpoint is there), then its checks."""
+    """One stage through its recipe's usage line (resumed by run name from its last save if an earlier call
+    stopped it), then its checks; a stage an earlier call completed and checked is not launched again."""
+    if complete(chain, stage):
+        log(f"stage {stage} is complete at {chain.iteration(stage)} (checked by the call that finished it)")
+        return {"stage": stage, "already_complete": str(chain.iteration(stage))}
     command = "train" if stage < 2 else "distill"
     overrides = chain.overrides(stage)
     log(f"stage {stage} overrides: {json.dumps(overrides)}")
@@ -438,7 +451,7 @@ def phase1(chain: Chain) -> None:
 
 
 def phase2(chain: Chain) -> None:
-    stages = [train_stage(chain, s) for s in (2, 3)]
+    stages = [train_stage(chain, s) for s in (0, 1, 2, 3)]  # 0 and 1: only what phase 1 left unfinished
     verdict = judge(chain)
     write_results(chain, "phase2", {"stages": stages, "judged": verdict})
     s, t = verdict["student"], verdict["teacher"]
@@ -465,6 +478,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bimanual/out")))
     parser.add_argument("--nano-steps", type=int, default=3)
     parser.add_argument("--scale", choices=sorted(SCALES), default=None, help="default: smoke for --phase smoke, else gpu")
+    parser.add_argument("--phase-s", type=float, default=None, help="the phase's deadline in seconds (default: the scale's)")
     parser.add_argument("--readback", help=argparse.SUPPRESS)
     parser.add_argument("--nano-probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -477,7 +491,7 @@ def main(argv=None) -> int:
     smoke = args.phase == "smoke"
     chain = Chain(args.work, args.out, args.scale or ("smoke" if smoke else "gpu"))
     t0 = time.perf_counter()
-    DEADLINE[0] = t0 + chain.scale["phase_s"]
+    DEADLINE[0] = t0 + (args.phase_s or chain.scale["phase_s"])
     if args.phase in ("1", "smoke"):
         phase1(chain)
     if args.phase in ("2", "smoke"):

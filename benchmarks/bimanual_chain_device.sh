@@ -6,15 +6,16 @@
 # again on a fresh machine).
 #
 #   PHASE=1 bash benchmarks/bimanual_chain_device.sh   # ~8.5 min: install 0.5, record 160 episodes on 14 processes ~1,
-#                                                      #   bundle + validate x4 ~1, stage 0 (800 x 16) ~3.5, stage 1 (500 x 16) ~2.5
+#                                                      #   bundle + validate x4 ~1, stage 0 (700 x 16) ~3, stage 1 (450 x 16) ~2
 #   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~7 min: stage 2 (500 x 8) ~1.5, stage 3 (360 x 4 = 60 student +
 #                                                      #   300 critic updates) ~2.5, judging (student, teacher at 30 steps,
 #                                                      #   export + its eval, strip) ~2
 #   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min: Nano width, each stage's first 3 steps (0, 1 with LoRA) or
 #                                                      #   its estimate and the GPU count it needs (2, 3), peak vs --dry-run
 # The minutes are estimates from the medium-width Meta-World runs (benchmarks/RESULTS.md), not measured
-# here: every phase stops its stages at 560 s, and running a phase again on the warm machine resumes a
-# stopped stage from its last checkpoint (every phase is idempotent: finished steps are skipped).
+# here: every phase stops its stages at 560 s; phase 2 first finishes what phase 1 left unfinished (a stage
+# resumes from its last checkpoint), and any phase run again on the warm machine skips completed stages.
+# A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing: go on with the next phase.
 # Logs, metrics, the eval reports, the strip and the mp4 come back under $OUT (at most 8 files: tarred).
 set -o pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
