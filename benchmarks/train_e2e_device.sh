@@ -3,6 +3,7 @@
 #   PHASE=1gpu-a bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 LoRA and g1_simple_1gpu, online VAE and latent cache
 #   PHASE=1gpu-b bash benchmarks/train_e2e_device.sh   # nvidia-h200: droid_1gpu online; g1_simple as its header runs it (the
 #                                                       # memory gate); so101 from the cache for 200 steps with a save (flat memory, size)
+#   PHASE=auto   bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 with activation checkpointing "auto", online, cache, relaunch
 #   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
 #   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
 # Logs and tables land in $OUT.
@@ -25,6 +26,11 @@ case "${PHASE:-1gpu-a}" in
           grep -E "wamkit\]|error|fix|--set|GiB|exit code" $OUT/g1_simple_header.txt
           [ "$SO101" = 0 ] || python3 benchmarks/train_e2e.py --steps 200 --warmup 20 --timeout 330 --gpus 1 --recipes so101_fd_chunk16 --latent-cache --save \
             2>&1 | tee $OUT/e2e_1gpu_so101_200.txt ;;
+  auto) # so101 as its header runs it on one H200: activation checkpointing "auto" (none fits), online and from the
+        # cache, then the online run relaunched (torch's compile caches warm, as on a resume)
+        python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_auto_online.txt
+        python3 $E2E --gpus 1 --recipes so101_fd_chunk16 --latent-cache 2>&1 | tee $OUT/e2e_auto_cache.txt
+        python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_auto_online_relaunch.txt ;;
   2gpu) python3 $E2E --gpus 2 --recipes ${RECIPES:-g1_simple droid} 2>&1 | tee $OUT/e2e_2gpu.txt ;;
   harness) python3 benchmarks/train_throughput.py --layers 36 --no-baseline --packed g1=16,droid=16 --steps 5 --warmup 2 2>&1 | tee $OUT/harness.txt ;;
 esac

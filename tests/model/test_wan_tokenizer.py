@@ -99,3 +99,20 @@ def test_compiled_encoder_runs_steady_chunks_through_one_graph_and_encodes_the_s
     torch.testing.assert_close(first, expected)
     assert graphs > 0 and counters["stats"]["unique_graphs"] == graphs
     assert second.shape == first.shape
+
+
+def test_encode_flops_are_what_the_tokenizer_runs_counted_without_running_it(tiny_wan_dir):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from wamkit.model.flops import encode_flops
+    from wamkit.model.tokenizer import PixelTokenizer
+
+    tok = WanTokenizer.from_pretrained(tiny_wan_dir)
+    clips = torch.randint(0, 255, (2, 9, 32, 48, 3), dtype=torch.uint8)
+    with FlopCounterMode(display=False) as counter:
+        tok.encode(clips)  # the real encode, single-frame convolutions and all
+    counted = encode_flops(tok, tuple(clips.shape))  # on a meta copy
+    assert counted == pytest.approx(counter.get_total_flops(), rel=1e-3) and counted > 0
+    assert encode_flops(tok, (1, 9, 32, 48, 3)) == counted / 2
+    assert encode_flops(tok, (2, 5, 32, 48, 3)) < counted  # fewer frames, fewer causal chunks
+    assert encode_flops(PixelTokenizer(), tuple(clips.shape)) == 0.0

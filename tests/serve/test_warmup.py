@@ -1,5 +1,6 @@
-"""`wamkit serve --warmup`: every batch size up to --max-batch runs once, at the training cameras' size
-(recorded in the data contract), before /healthz answers 200; until then it answers 503."""
+"""`wamkit serve --warmup`: every batch size up to --max-batch runs once plain and once with real-time
+chunking, at the training cameras' size (recorded in the data contract), before /healthz answers 200;
+until then it answers 503."""
 
 import threading
 import urllib.error
@@ -30,7 +31,7 @@ def test_healthz_is_503_until_every_batch_size_ran_at_the_training_size(export_d
 
     def gated(policy, observations, seeds, num_steps):
         release.wait(60)
-        seen.append((len(observations), observations[0]["image"].shape))
+        seen.append((len(observations), observations[0]["image"].shape, "committed_actions" in observations[0]))
         return predict_batch(policy, observations, seeds, num_steps)
 
     server = PolicyServer(policy, port=0, max_batch=3, warmup=True)
@@ -41,7 +42,8 @@ def test_healthz_is_503_until_every_batch_size_ran_at_the_training_size(export_d
         release.set()
         assert server.warmed_up.wait(120)
         assert _health(server.port) == 200
-        assert seen == [(1, (64, 64, 3)), (2, (64, 64, 3)), (3, (64, 64, 3))]
+        # every batch size plain and with real-time chunking's fields (its guided path compiles apart)
+        assert seen == [(b, (64, 64, 3), rtc) for b in (1, 2, 3) for rtc in (False, True)]
         assert [b for b, _ in server.warmup_seconds] == [1, 2, 3]
     finally:
         server.stop()

@@ -45,6 +45,46 @@ def test_advice_names_the_gpu_count_and_the_knobs_that_fit():
     assert '--set parallel.activation_checkpointing="full": 155.0 GiB (does not fit)' in report
 
 
+def test_auto_checkpointing_takes_the_least_recomputation_that_fits_with_room_for_the_estimates_error():
+    lora = memory.ModelCounts(total=15_181_131_072, trainable=18_000_000, layers=36, hidden=4096,
+                              layer_trainable=500_000, layer_frozen=420_000_000, lora=True)
+    knobs = _knobs(checkpointing="auto", samples_per_step=6)
+    totals = {m: memory.estimate(lora, _knobs(checkpointing=m, samples_per_step=6), 2030)["total"] for m in ("none", "selective", "full")}
+    assert totals["none"] > totals["selective"] > totals["full"]
+    room = 1 - memory.ESTIMATE_ALLOWANCE
+
+    def chosen(usable):
+        return memory.resolve_checkpointing(lora, knobs, 2030, 0, usable).checkpointing
+
+    assert chosen(totals["none"] / room) == "none"
+    assert chosen(totals["none"] / room * 0.99) == "selective"  # fits the GPU, but not with the allowance to spare
+    assert chosen(totals["selective"] / room * 0.99) == "full"
+    assert chosen(totals["full"] / 2) == "full"  # nothing fits: the gate, not "auto", says what does
+    assert memory.resolve_checkpointing(lora, _knobs(checkpointing="selective"), 2030, 0, 1.0).checkpointing == "selective"
+    with pytest.raises(ValueError, match="resolve 'auto' first"):
+        memory.estimate(lora, knobs, 2030)
+
+
+def test_dry_run_says_what_auto_checkpointing_chose_at_each_gpu_count():
+    out = run_cli(["train", "recipes/droid_1gpu.toml", "--dry-run"], check=False).stdout
+    assert "1 GPU (activation checkpointing auto -> selective):" in out  # DROID's 480p chunk 32 does not fit without
+    assert "8 GPUs (activation checkpointing auto -> none):" in out  # sharded weights leave room for every activation
+
+
+def test_auto_checkpointing_is_resolved_by_the_trainer_only(tmp_path):
+    from types import SimpleNamespace
+
+    from wamkit.errors import ConfigError
+    from wamkit.train.parallel import parallelize
+
+    trainer = Trainer(load_experiment(DEMO_RECIPE, [f'job.output_root="{tmp_path}"', 'job.name="auto"', "trainer.progress_bar=false",
+                                                    'parallel.activation_checkpointing="auto"']))
+    assert trainer.checkpointing == "none"  # the CPU has no memory to plan against: no recomputation
+    knobs = SimpleNamespace(parallel=SimpleNamespace(activation_checkpointing="auto"))
+    with pytest.raises(ConfigError, match="only `wamkit train` resolves"):
+        parallelize(trainer.model, trainer.mesh, knobs)
+
+
 def test_trainer_plans_its_memory_from_the_real_model_and_data(tmp_path):
     trainer = Trainer(load_experiment(DEMO_RECIPE, [f'job.output_root="{tmp_path}"', 'job.name="plan"', "trainer.progress_bar=false"]))
     plan = trainer.memory_plan(usable=1 * GIB)

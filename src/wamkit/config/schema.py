@@ -238,7 +238,9 @@ class ParallelConfig:
     # > 1: k ranks split each packed sequence's tokens (all-gather K/V attention; wamkit.train.context_parallel).
     # Data parallel = world / k; parameters shard over dp_shard x cp. `wamkit train` only.
     context_parallel_degree: int = 1
-    activation_checkpointing: str = "none"  # none | selective (recompute the MLPs) | full (whole layers)
+    # none | selective (recompute the MLPs) | full (whole layers) | auto: the least recomputation whose
+    # memory estimate fits the GPU (wamkit.train.memory.choose_checkpointing; the log and --dry-run say which)
+    activation_checkpointing: str = "none"
     compile: bool = False  # torch.compile each decoder layer
     param_dtype: str = "float32"  # compute dtype at any world size (FSDP2 mixed precision, wamkit.train.parallel); trainable masters stay fp32, frozen weights are stored in it
     reduce_dtype: str = "float32"  # gradient reduction dtype
@@ -325,7 +327,7 @@ class ExperimentConfig:
         if self.data.state_normalization:
             _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
         _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)
-        _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "selective", "full"))
+        _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "selective", "full", "auto"))
         _choice("parallel.param_dtype", self.parallel.param_dtype, ("float32", "bfloat16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("float32", "bfloat16"))
         _choice("parallel.init", self.parallel.init, ("auto", "meta", "eager"))

@@ -20,7 +20,7 @@ import torch
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
-from wamkit.model.flops import generation_weights_train, sequence_flops
+from wamkit.model.flops import encode_flops, generation_weights_train, sequence_flops
 from wamkit.model.packing import SequenceSample, pack_samples
 
 
@@ -53,6 +53,7 @@ class ModeObjective:
             raise ValueError(f"mode weights {mode_weights} must be >= 0 with a positive sum")
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
         self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
+        self.last_encode_flops = 0.0  # the video encode's share of the latest call (0 from a latent cache)
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
@@ -76,9 +77,12 @@ class ModeObjective:
         for i, v in enumerate(videos):
             groups[tuple(v.shape)].append(i)
         latents: list[torch.Tensor | None] = [None] * len(videos)
+        self.last_encode_flops = 0.0
         with torch.no_grad():
             for indices in groups.values():
-                encoded = self.video_tokenizer.encode(torch.stack([videos[i] for i in indices]))
+                clips = torch.stack([videos[i] for i in indices])
+                self.last_encode_flops += encode_flops(self.video_tokenizer, tuple(clips.shape))
+                encoded = self.video_tokenizer.encode(clips)
                 for j, i in enumerate(indices):
                     latents[i] = encoded[j]
         return latents
@@ -100,6 +104,7 @@ class ModeObjective:
         from latent frame 0 with `diffusion.video_residual`."""
         if all(s.latents is not None for s in samples):
             latents = [s.latents for s in samples]
+            self.last_encode_flops = 0.0
         else:
             latents = self.encode_videos([s.video for s in samples])
         return [to_video_residual(x) for x in latents] if self.video_residual else latents

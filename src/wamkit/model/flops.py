@@ -11,6 +11,7 @@ same convention as benchmarks/train_throughput.py."""
 from __future__ import annotations
 
 import functools
+import json
 import time
 
 import torch
@@ -24,6 +25,34 @@ def sample_flops(config, n_text: int, n_gen: int, generation_weight_grads: bool 
     linear = layers * per_token * ((3 if generation_weight_grads else 2) * n_gen + 2 * n_text)
     attn_fwd = 4 * heads * d * (n_gen * (n_text + n_gen) + n_text * (n_text + 1) / 2)
     return linear + 3 * layers * attn_fwd
+
+
+@functools.lru_cache(maxsize=64)
+def _vae_encode_flops(vae_class, config_json: str, clip_shape: tuple[int, ...]) -> float:
+    """FLOPs of one encode of float clips [B,3,T,H,W], counted by torch's FlopCounterMode on a meta
+    copy of the VAE (no memory, no arithmetic), with the same single-frame convolutions the
+    tokenizer runs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from wamkit.model.tokenizer import single_frame_convs
+
+    with torch.device("meta"):
+        vae = vae_class.from_config(json.loads(config_json))
+        single_frame_convs(vae)
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            vae.encode(torch.empty(clip_shape))
+    return float(counter.get_total_flops())
+
+
+def encode_flops(video_tokenizer, video_shape: tuple[int, ...]) -> float:
+    """FLOPs the video tokenizer spends encoding uint8 clips of `video_shape` [B,T,H,W,3] (0 for the
+    parameter-free pixel tokenizer). Online training pays them every step: the encode-inclusive MFU."""
+    vae = getattr(video_tokenizer, "vae", None)
+    if vae is None:
+        return 0.0
+    b, t, h, w, c = video_shape
+    config = json.dumps({k: v for k, v in vae.config.items() if not k.startswith("_")}, sort_keys=True)  # hashable, for the cache
+    return _vae_encode_flops(type(vae), config, (b, c, t, h, w))
 
 
 def sequence_tokens(sample, patch: int) -> tuple[int, int]:

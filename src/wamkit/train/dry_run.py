@@ -92,11 +92,14 @@ def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
     lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
     if dcfg is not None:
         return lines + distill_memory_lines(cfg, model, tokens_per_sample, dcfg, vae, usable)
+    knobs_at = lambda world: memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae, usable)  # noqa: E731
     for world in (1, 2, 8):
-        est = memory.estimate(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae)
+        knobs = knobs_at(world)
+        est = memory.estimate(counts, knobs, tokens_per_sample, vae)
         verdict = "fits" if est["total"] <= usable else "DOES NOT FIT"
-        lines.append(f"{world} GPU{'s' if world > 1 else ''}: {memory.format_estimate(est)}  -> {verdict}")
-    one = memory.Knobs.from_config(cfg, 1)
+        auto = f" (activation checkpointing auto -> {knobs.checkpointing})" if cfg.parallel.activation_checkpointing == "auto" else ""
+        lines.append(f"{world} GPU{'s' if world > 1 else ''}{auto}: {memory.format_estimate(est)}  -> {verdict}")
+    one = knobs_at(1)
     if memory.estimate(counts, one, tokens_per_sample, vae)["total"] > usable:
         lines.append(memory.fit_report(counts, memory.lora_counts_for(model, cfg), one, tokens_per_sample, vae, usable))
     return lines
@@ -108,6 +111,9 @@ def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usa
     from wamkit.model.tokenizer import TEMPORAL_FACTOR
     from wamkit.train import memory
 
+    if cfg.parallel.activation_checkpointing == "auto":
+        return ["distillation: parallel.activation_checkpointing = 'auto' is resolved by `wamkit train` only; "
+                "`wamkit distill` refuses it (set 'none' or 'selective')"]
     frames = cfg.data.chunk_length // TEMPORAL_FACTOR
     chunks = -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
     counts = memory.model_counts(model, cfg.lora.enabled)

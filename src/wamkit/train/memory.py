@@ -35,6 +35,9 @@ ACTIVATION_BYTES = {
     ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
 }
 GATE_MARGIN = 0.08  # of the device's memory kept free for the CUDA context, NCCL buffers and fragmentation
+# `parallel.activation_checkpointing = "auto"` takes the first of these that fits: the least recomputation.
+CHECKPOINTING_BY_SPEED = ("none", "selective", "full")
+ESTIMATE_ALLOWANCE = 0.10  # what "auto" leaves unplanned beyond the gate's margin: the estimate's own error
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -93,6 +96,8 @@ class Knobs:
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
     """Bytes per GPU by what holds them, and their total (see the module docstring)."""
+    if knobs.checkpointing not in CHECKPOINTING_BY_SPEED:
+        raise ValueError(f"activation checkpointing {knobs.checkpointing!r} has no estimate: resolve 'auto' first (resolve_checkpointing)")
     shard = max(knobs.world // knobs.replicate, 1)
     whole = knobs.world == 1 or knobs.replicate_frozen  # wamkit.train.parallel.frozen_left_whole
     t, b = counts.trainable, knobs.param_bytes
@@ -140,6 +145,24 @@ def distill_estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, 
         est["activations"] *= max(int(chunks), 1)
     est["total"] = sum(est.values())
     return est
+
+
+def choose_checkpointing(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int, usable: float) -> str:
+    """What "auto" means: the least recomputation (none, then the MLPs, then whole layers) whose
+    estimate fits `usable` bytes with ESTIMATE_ALLOWANCE to spare. Recomputation costs a third of a
+    LoRA step's arithmetic (full), so a GPU with room should not pay it. Full when nothing fits: the
+    gate then says what does."""
+    for mode in CHECKPOINTING_BY_SPEED:
+        if estimate(counts, replace(knobs, checkpointing=mode), tokens_per_sample, vae_params)["total"] <= usable * (1 - ESTIMATE_ALLOWANCE):
+            return mode
+    return "full"
+
+
+def resolve_checkpointing(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int, usable: float) -> Knobs:
+    """`knobs` with "auto" replaced by its choice for this GPU; other modes unchanged."""
+    if knobs.checkpointing != "auto":
+        return knobs
+    return replace(knobs, checkpointing=choose_checkpointing(counts, knobs, tokens_per_sample, vae_params, usable))
 
 
 def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int) -> dict[str, int]:

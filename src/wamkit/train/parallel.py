@@ -172,8 +172,10 @@ def run_mesh(ctx: DistContext, dims: ParallelDims):
     return build_mesh(dims, ctx.device if ctx.device.type == "cuda" else torch.device("cpu"))  # the meta device too: a gloo mesh
 
 
-def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
+def parallelize(model: torch.nn.Module, mesh, cfg, checkpointing: str | None = None) -> torch.nn.Module:
     """Activation checkpointing, then compile, then FSDP2 per decoder layer and at the root.
+    `checkpointing`: the mode to apply when the trainer resolved `parallel.activation_checkpointing
+    = "auto"` for this GPU (wamkit.train.memory.choose_checkpointing); else the recipe's.
 
     Trainable parameters keep fp32 master shards (what the optimizer updates); compute runs in
     `parallel.param_dtype` and gradients are reduced in `parallel.reduce_dtype`. Frozen parameters
@@ -181,13 +183,17 @@ def parallelize(model: torch.nn.Module, mesh, cfg) -> torch.nn.Module:
     They are left whole (never gathered, never copied) on one GPU and with
     `parallel.replicate_frozen`, and sharded like the rest otherwise."""
     p = cfg.parallel
-    if p.activation_checkpointing == "full":
+    mode = checkpointing or p.activation_checkpointing
+    if mode == "full":
         model.enable_gradient_checkpointing()
-    elif p.activation_checkpointing == "selective":
+    elif mode == "selective":
         checkpoint_mlps(model)
-    elif p.activation_checkpointing != "none":
-        raise ConfigError("parallel.activation_checkpointing", f"{p.activation_checkpointing!r} is not supported",
-                          "use 'none', 'selective' or 'full'")
+    elif mode == "auto":
+        raise ConfigError("parallel.activation_checkpointing", "is 'auto', which only `wamkit train` resolves (from its memory "
+                          "estimate)", "set 'none', 'selective' or 'full' here")
+    elif mode != "none":
+        raise ConfigError("parallel.activation_checkpointing", f"{mode!r} is not supported",
+                          "use 'none', 'selective', 'full' or (wamkit train) 'auto'")
     if p.compile:
         refuse_silent_recompile_fallback()
         for layer in model.layers:
@@ -271,6 +277,16 @@ def all_reduce_mean(value: float, ctx: DistContext) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t)
     return t.item() / ctx.world_size
+
+
+def all_reduce_min(value: float, ctx: DistContext) -> float:
+    """The smallest value over the ranks: a choice every rank must make alike (the memory the
+    tightest GPU has decides activation checkpointing "auto")."""
+    if not ctx.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
 
 
 def all_reduce_mean_tensor(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:

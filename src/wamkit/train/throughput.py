@@ -20,13 +20,16 @@ class Throughput:
 
     def measure(self, record: dict, seconds: float, samples: int) -> dict:
         """Rates of one step of `seconds` that trained `samples` per rank; takes the step's "flops"
-        and "tokens" (useful work on this rank) out of `record`."""
-        flops, tokens = record.pop("flops", 0.0), record.pop("tokens", 0)
+        and "tokens" (useful work on this rank) and "encode_flops" (its online video encode) out of
+        `record`. "mfu" counts the transformer's work only; "mfu_with_encode" adds the encode's."""
+        flops, tokens, encode = record.pop("flops", 0.0), record.pop("tokens", 0), record.pop("encode_flops", 0.0)
         out = {"step_s": seconds, "samples_per_s": samples / seconds, "tokens_per_s": tokens / seconds,
                "compiled_graphs": compiled_graphs()}
         if self.device.type == "cuda":
             out["mfu"] = flops / seconds / matmul_rate(self.device)
             out["tflops_per_s"] = flops / seconds / 1e12
+            if encode:
+                out["mfu_with_encode"] = (flops + encode) / seconds / matmul_rate(self.device)
             out["peak_mem_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             out["peak_reserved_gib"] = torch.cuda.max_memory_reserved(self.device) / 2**30
         return out

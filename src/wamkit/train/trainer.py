@@ -31,7 +31,7 @@ from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
-from wamkit.train.parallel import all_reduce_mean_tensor, init_distributed, parallel_dims, parallelize, run_mesh
+from wamkit.train.parallel import all_reduce_mean_tensor, all_reduce_min, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.config.schedule import build_schedule
 from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
                                 load_base_weights, materialize_run_model)
@@ -98,7 +98,7 @@ class Trainer:
         self.dims = dims = parallel_dims(cfg, self.ctx.world_size)
         self.dp_rank, self.dp_size = dims.dp_rank(self.ctx.rank), dims.dp_size  # a cp group shares its samples
         self.mesh = run_mesh(self.ctx, dims)
-        self.model = parallelize(self.model, self.mesh, cfg)
+        self.model = parallelize(self.model, self.mesh, cfg, self.checkpointing)
         if self.materialize:
             note = materialize_run_model(self.model, cfg, self.device, load_base=self.latest is None or self.trainable_only)
             self.init_note = "" if self.latest is not None else note
@@ -126,20 +126,32 @@ class Trainer:
 
     def _check_memory(self) -> dict | None:
         """On a GPU: the per-GPU estimate (wamkit.train.memory) against the memory this process can
-        use, and a GPUMemoryError naming what fits when it exceeds it. Returns the plan the
-        out-of-memory report needs; None on the CPU."""
+        use, and a GPUMemoryError naming what fits when it exceeds it. Resolves
+        `parallel.activation_checkpointing = "auto"` into `self.checkpointing` (on the CPU: none).
+        Returns the plan the out-of-memory report needs; None on the CPU."""
+        asked = self.cfg.parallel.activation_checkpointing
         if self.device.type != "cuda":
+            self.checkpointing = "none" if asked == "auto" else asked
             return None
         usable, total = memory.usable_bytes(self.device)
+        usable = all_reduce_min(usable, self.ctx)  # every rank must pick the same "auto" layout
         plan = self.memory_plan(usable)
-        if plan is not None and self.ctx.is_main:
-            print(f"[wamkit] memory estimate {plan['estimate'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
-                  f"({torch.cuda.get_device_name(self.device)}, {total / memory.GIB:.1f} GiB): {plan['breakdown']}", flush=True)
+        # without an estimate (no camera sizes before the first batch) "auto" takes the mode that needs least
+        self.checkpointing = plan["knobs"].checkpointing if plan else ("full" if asked == "auto" else asked)
+        if self.ctx.is_main and (plan or asked == "auto"):
+            print(f"[wamkit] {self._memory_line(plan, usable, total)}", flush=True)
         if plan is not None and plan["estimate"] > usable:
             raise memory.GPUMemoryError(
                 f"{self.cfg.job.name}: memory", f"the run needs an estimated {plan['estimate'] / memory.GIB:.1f} GiB per GPU on "
                 f"{self.ctx.world_size} GPU(s), {usable / memory.GIB:.1f} GiB is usable", self._fit_advice(plan))
         return plan
+
+    def _memory_line(self, plan: dict | None, usable: float, total: float) -> str:
+        auto = f"activation checkpointing auto -> {self.checkpointing}; " if self.cfg.parallel.activation_checkpointing == "auto" else ""
+        if plan is None:
+            return f"{auto}no memory estimate before the first batch (the data contract names no camera sizes)"
+        return (f"{auto}memory estimate {plan['estimate'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
+                f"({torch.cuda.get_device_name(self.device)}, {total / memory.GIB:.1f} GiB): {plan['breakdown']}")
 
     def memory_plan(self, usable: float) -> dict | None:
         """What the estimate of this run is made of, judged against `usable` bytes per GPU; None when
@@ -148,8 +160,9 @@ class Trainer:
         if tokens is None:
             return None
         cfg = self.cfg
-        plan = {"counts": memory.model_counts(self.model, cfg.lora.enabled), "knobs": memory.Knobs.from_config(cfg, self.ctx.world_size),
-                "tokens": tokens, "vae": memory.vae_parameter_count(cfg), "usable": usable,
+        counts, vae = memory.model_counts(self.model, cfg.lora.enabled), memory.vae_parameter_count(cfg)
+        knobs = memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, self.ctx.world_size), tokens, vae, usable)
+        plan = {"counts": counts, "knobs": knobs, "tokens": tokens, "vae": vae, "usable": usable,
                 "lora_counts": memory.lora_counts_for(self.model, cfg) if self.materialize else None}
         est = memory.estimate(plan["counts"], plan["knobs"], tokens, plan["vae"])
         return {**plan, "estimate": est["total"], "breakdown": memory.format_estimate(est)}
@@ -358,7 +371,7 @@ class Trainer:
         timer.start()
         self.optimizer.zero_grad(set_to_none=True)
         losses = torch.zeros(3, device=self.device)  # loss, video_loss, action_loss: on the device until a log step
-        data_wait, flops, tokens = 0.0, 0.0, 0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
+        data_wait, flops, tokens, encode = 0.0, 0.0, 0, 0.0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
             t0 = time.perf_counter()
             samples = next(stream)
@@ -371,6 +384,7 @@ class Trainer:
             timer.mark("forward_backward")
             # this rank's useful work: under context parallelism it computes 1/cp of each sequence
             flops, tokens = flops + self.objective.last_flops / self.dims.cp, tokens + self.objective.last_tokens // self.dims.cp
+            encode += self.objective.last_encode_flops  # every rank of a cp group encodes its samples' clips whole
             self.consumed += self.global_micro_batch
             losses += torch.stack([step_losses.total.detach(), step_losses.video, step_losses.action]).float() / cfg.grad_accum_iter
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -388,7 +402,7 @@ class Trainer:
             timer.mark("ema")
         record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
         timer.mark("other")
-        return {**record, "flops": flops, "tokens": tokens, **{f"time_{k}_s": v for k, v in timer.read().items()}}
+        return {**record, "flops": flops, "tokens": tokens, "encode_flops": encode, **{f"time_{k}_s": v for k, v in timer.read().items()}}
 
     def _read_back(self, record: dict) -> dict:
         """A step's device values as numbers, read once (log and save steps): the losses averaged over
