@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="camera to render (default: the env's); aloha/transfer-cube takes several, comma-separated, e.g. top,left_wrist")
     sim_record.add_argument("--action-repeat", type=int, default=1,
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
-    sim_record.add_argument("--workers", type=int, default=0, help="simulator processes for the rollouts (0: in this process)")
+    sim_record.add_argument("--workers", type=int, default=0,
+                            help="simulator processes for the rollouts (0: in this process; the dataset is the same for any count)")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
@@ -335,7 +336,7 @@ def _dispatch(args) -> int:
         cfg, dcfg = load_distill_recipe(args.recipe, args.overrides)
         section = "# [distill]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in dataclasses.asdict(dcfg).items())
         frozen = {f"distill.{k}": v for k, v in dataclasses.asdict(dcfg).items() if k.endswith("_path") and v}
-        return _dry_run(cfg, section, frozen)
+        return _dry_run(cfg, section, frozen, dcfg)
     if args.command == "distill":
         from wamkit.distill import distill_main
 
@@ -379,14 +380,14 @@ def _train(args) -> int:
     return 0
 
 
-def _dry_run(cfg, extra: str = "", iterations: dict[str, str] | None = None) -> int:
+def _dry_run(cfg, extra: str = "", iterations: dict[str, str] | None = None, dcfg=None) -> int:
     """`--dry-run`: the resolved config, shapes and memory, then the input checks on stdout and each
     problem with its fix on stderr (as a launch would print it); non-zero when any would stop the run."""
     from wamkit.train.dry_run import describe
     from wamkit.train.preflight import preflight
 
     try:
-        print(describe(cfg))
+        print(describe(cfg, dcfg))
     except WamkitError as exc:  # an input the shapes need is broken: the checks below name it, with the rest
         print(f"# shapes not computed: {exc.where}: {exc.problem}")
     if extra:

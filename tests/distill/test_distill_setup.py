@@ -57,3 +57,11 @@ def test_full_activation_checkpointing_is_refused_with_the_working_choices(chain
     with pytest.raises(ConfigError, match="parallel.activation_checkpointing") as err:
         DistillTrainer(*load_distill_recipe(recipe(2), overrides), device="cpu")
     assert "'selective'" in err.value.fix
+
+
+def test_lora_is_refused_rather_than_silently_training_full_weights(chain):
+    bundle, runs, _, stage1 = chain
+    overrides = tiny_overrides(bundle, runs, "m-lora", 1, stage1, extra={"distill.teacher_path": f'"{stage1}"', "lora.enabled": "true"})
+    with pytest.raises(ConfigError, match="lora.enabled") as err:
+        load_distill_recipe(recipe(2), overrides)
+    assert "--dry-run" in err.value.fix

@@ -136,19 +136,6 @@ def test_cli_eval_sim_on_a_suite_prints_each_task_the_average_and_a_video(run_di
     assert video.is_file() and video.parent.parent == tmp_path / "ev"
 
 
-def test_recording_in_worker_processes_writes_the_serial_recording(tmp_path):
-    serial = record("metaworld/reach-v3", 2, tmp_path / "serial", seed=3, resolution=64)
-    parallel = record("metaworld/reach-v3", 2, tmp_path / "workers", seed=3, resolution=64, workers=2)
-    assert parallel.kept == serial.kept == 2
-    import pyarrow.parquet as pq
-
-    def frames(root):
-        return pq.read_table(sorted((root / "data").rglob("*.parquet"))).to_pydict()
-
-    a, b = frames(tmp_path / "serial"), frames(tmp_path / "workers")
-    assert a["episode_index"] == b["episode_index"] and np.array_equal(np.array(a["action"]), np.array(b["action"]))  # same attempts, same order
-
-
 def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, tmp_path):
     from wamkit.eval.suite import evaluate_envs
 

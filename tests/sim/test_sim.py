@@ -197,3 +197,16 @@ def test_eval_sim_cli_writes_the_delay_table(run_dir, tmp_path):
     table = (out / "realtime.md").read_text()
     assert "| 2 | rtc |" in table and "seam jerk" in table
     assert (out / "delay_2_rtc" / "report.md").read_text().count("inference delay 2 control steps, mode rtc") == 1
+
+
+def test_recording_with_workers_writes_the_same_dataset(tmp_path):
+    """Attempts are seeded by their index and written in attempt order, whatever the process count."""
+    budgets = [None, 5, None]  # attempt 1 fails in both
+    one = record(ENV, 3, tmp_path / "one", seed=0, resolution=64, step_budgets=budgets)
+    two = record(ENV, 3, tmp_path / "two", seed=0, resolution=64, step_budgets=budgets, workers=2)
+    assert (one.kept_lengths, one.dropped_attempts) == (two.kept_lengths, two.dropped_attempts) == (one.kept_lengths, [1])
+    a, b = LeRobotV3Dataset(tmp_path / "one"), LeRobotV3Dataset(tmp_path / "two")
+    for ep in a.episode_indices:
+        np.testing.assert_array_equal(a.episode_columns(ep, ["action"])["action"], b.episode_columns(ep, ["action"])["action"])
+        frames = [0, a.episode_length(ep) - 1]
+        np.testing.assert_array_equal(a.decode_frames(ep, a.camera_keys[0], frames), b.decode_frames(ep, b.camera_keys[0], frames))

@@ -134,3 +134,27 @@ def test_dynamo_hitting_its_recompile_limit_is_a_named_error_not_an_eager_fallba
     trainer = _failing_trainer(tmp_path, monkeypatch, torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached with fullgraph"))
     with pytest.raises(ConfigError, match=r"parallel.compile: the compiled decoder layers recompiled past dynamo's limit at step 1"):
         trainer.train()
+
+
+def test_distill_estimate_counts_every_model_a_distillation_holds():
+    """Stage 2 adds the EMA model and the frozen teacher, each the student's build; stage 3 the frozen
+    reference and a training critic, and keeps one forward's activations per chunk of its rollout."""
+    one = memory.estimate(NANO_FULL, _knobs(), 637)
+    model = 4 * NANO_FULL.trainable + 2 * NANO_FULL.frozen
+    dcm = memory.distill_estimate(NANO_FULL, _knobs(), 637, 0, "tf_dcm", chunks=4)
+    assert dcm["EMA model"] == dcm["frozen teacher"] == model and dcm["activations"] == one["activations"]
+    assert dcm["total"] == pytest.approx(one["total"] + 2 * model)
+    dmd = memory.distill_estimate(NANO_FULL, _knobs(), 637, 0, "sf_dmd", chunks=4)
+    assert dmd["critic (weights, gradients, AdamW)"] == model + 12 * NANO_FULL.trainable
+    assert dmd["activations"] == 4 * one["activations"] and "frozen teacher" not in dmd
+    eight = memory.distill_estimate(NANO_FULL, _knobs(world=8), 637, 0, "sf_dmd", chunks=4)
+    assert eight["frozen reference"] == model / 8  # sharded like the student
+
+
+def test_distill_dry_run_prints_the_distillation_memory_and_the_gpu_count_it_needs(tmp_path):
+    env = {"BIMANUAL_BUNDLE": str(tmp_path), "VIDEO_VAE_PATH": "", "STAGE2_CHECKPOINT": "", "STAGE0_CHECKPOINT": str(tmp_path)}
+    proc = run_cli(["distill", "recipes/sim_bimanual_stage3.toml", "--dry-run", "--set", "model.tokenizer=pixel",
+                    "--set", "data.resolution=256", "--set", "checkpoint.load_path=''"], check=False, env=env)
+    out = proc.stdout
+    assert "distillation (sf_dmd)" in out and "critic (weights, gradients, AdamW)" in out
+    assert "DOES NOT FIT" in out.split("2 GPUs:")[0] and "the smallest GPU count that fits:" in out

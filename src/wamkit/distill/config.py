@@ -61,6 +61,10 @@ class DistillConfig:
                 raise ConfigError("distill.critic_updates_per_student", "is negative", "use 5")
         if cfg.diffusion.causal_chunk_frames <= 0:
             raise ConfigError("diffusion.causal_chunk_frames", "is 0 in a distillation recipe", "the student is chunk-autoregressive: use the stage-1 value")
+        if cfg.lora.enabled:  # the DistillTrainer builds and saves whole models; adapters would be silently ignored
+            raise ConfigError("lora.enabled", "is true in a distillation recipe; `wamkit distill` trains and saves the student's "
+                              "full weights (LoRA adapters are not implemented for stages 2 and 3)",
+                              "set lora.enabled = false; `wamkit distill --dry-run` says how many GPUs the full models need")
         if cfg.model.mode != "forward_dynamics":
             raise ConfigError("model.mode", f"is {cfg.model.mode!r}", "distillation trains the world model: use forward_dynamics")
         if cfg.diffusion.video_prediction != "velocity":

@@ -36,3 +36,17 @@ def export_student(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
     (Path(out) / STUDENT_MANIFEST).write_text(json.dumps(student, indent=2))
     write_file_manifest(Path(out))  # again, now listing student.json too
     return Path(out)
+
+
+def student_ladder(path: str | Path) -> list[float] | None:
+    """The few-step ladder a distilled student samples with (consistency steps), from an export's
+    student.json or a distillation checkpoint's marker; None for any other model. One reader for both,
+    so an export samples exactly as the run it came from."""
+    from wamkit.policy.loading import is_export
+
+    if is_export(path):
+        manifest = Path(path).expanduser() / STUDENT_MANIFEST
+        return json.loads(manifest.read_text())["sampling"]["sigmas"] if manifest.is_file() else None
+    iteration, _ = resolve_checkpoint(path)
+    marker = ckpt.read_marker(iteration)
+    return [float(s) for s in marker["student_sigmas"]] if "distill" in marker else None

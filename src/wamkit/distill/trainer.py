@@ -47,6 +47,7 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 
 from wamkit.config import config_to_dict, format_config
 from wamkit.config.env import resolved
+from wamkit.diffusion.chunked import chunk_ids
 from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.distill.config import DistillConfig, distill_to_dict
@@ -260,8 +261,7 @@ class DistillTrainer:
 
     # ---- sequences ---------------------------------------------------------------------------
     def chunk_of(self, num_frames: int) -> list[int]:
-        k = self.chunk_frames
-        return [0] + [1 + (f - 1) // k for f in range(1, num_frames)]
+        return chunk_ids(num_frames, self.chunk_frames)  # the cut evaluation uses too (wamkit.diffusion.chunked)
 
     def _sequence(self, sample, video: torch.Tensor, noisy_frames: list[int], sigma: float, causal: bool) -> SequenceSample:
         rows = sample.actions.to(self.device)
@@ -468,8 +468,8 @@ class DistillTrainer:
         if self.step >= cfg.max_iter:
             return self.summary()
         logger = MetricsLogger(self.run_dir, self.step) if main else None
-        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step, 0,
-                              self.ctx.rank, self.ctx.world_size)
+        stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
+                              self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size)
         self.student.train()
         try:
             while self.step < cfg.max_iter:

@@ -18,7 +18,8 @@ from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 NOMINAL_VIEW = (720, 1280)  # camera size assumed by a dry run without the dataset (then fitted to the tier)
 
 
-def describe(cfg) -> str:
+def describe(cfg, dcfg=None) -> str:
+    """`dcfg`: a distillation recipe's [distill] section, whose extra models the memory lines count."""
     lines = ["# resolved config", format_config(cfg)]
     video_tok, text_tok = build_tokenizers(cfg) if cfg.model.tokenizer == "pixel" else (None, None)
     channels = video_tok.latent_channels if video_tok else 48
@@ -38,7 +39,7 @@ def describe(cfg) -> str:
     lines.append("# batch")
     lines.append(f"samples per step per rank = {t.samples_per_step} x grad_accum {t.grad_accum_iter} (x world size under torchrun)")
     lines.append("global batch = " + ", ".join(f"{w} GPU{'s' if w > 1 else ''}: {t.samples_per_step * t.grad_accum_iter * w}" for w in (1, 8, 64)))
-    lines.extend(memory_lines(cfg, model, tokens))
+    lines.extend(memory_lines(cfg, model, tokens, dcfg))
     lines.extend(checkpoint_lines(params, cfg))
     return "\n".join(lines)
 
@@ -71,9 +72,10 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
     return lines
 
 
-def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
+def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
     """The per-GPU estimate (wamkit.train.memory, the trainer's own gate) at 1, 2 and 8 GPUs, judged
-    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not."""
+    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not.
+    A distillation run (`dcfg`) is counted with every model it holds (memory.distill_estimate)."""
     import torch
 
     from wamkit.train import memory
@@ -88,6 +90,8 @@ def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
         usable = total * (1 - memory.GATE_MARGIN)
         against = f"an H200 ({total / memory.GIB:.1f} GiB, {usable / memory.GIB:.1f} usable; no GPU here)"
     lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
+    if dcfg is not None:
+        return lines + distill_memory_lines(cfg, model, tokens_per_sample, dcfg, vae, usable)
     knobs_at = lambda world: memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae, usable)  # noqa: E731
     for world in (1, 2, 8):
         knobs = knobs_at(world)
@@ -98,6 +102,31 @@ def memory_lines(cfg, model, tokens_per_sample: int) -> list[str]:
     one = knobs_at(1)
     if memory.estimate(counts, one, tokens_per_sample, vae)["total"] > usable:
         lines.append(memory.fit_report(counts, memory.lora_counts_for(model, cfg), one, tokens_per_sample, vae, usable))
+    return lines
+
+
+def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usable: float) -> list[str]:
+    """The distillation estimate at 1, 2 and 8 GPUs and the smallest GPU count it fits (the single-model
+    advice does not apply: a distillation holds several whole models and takes no LoRA)."""
+    from wamkit.model.tokenizer import TEMPORAL_FACTOR
+    from wamkit.train import memory
+
+    if cfg.parallel.activation_checkpointing == "auto":
+        return ["distillation: parallel.activation_checkpointing = 'auto' is resolved by `wamkit train` only; "
+                "`wamkit distill` refuses it (set 'none' or 'selective')"]
+    frames = cfg.data.chunk_length // TEMPORAL_FACTOR
+    chunks = -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
+    counts = memory.model_counts(model, cfg.lora.enabled)
+    total = lambda world: memory.distill_estimate(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae,  # noqa: E731
+                                                  dcfg.method, chunks)
+    lines = [f"distillation ({dcfg.method}): the student, its EMA model and the "
+             + ("frozen teacher" if dcfg.method == "tf_dcm" else f"frozen reference and the critic; the student turn keeps {chunks} chunks' activations")]
+    for world in (1, 2, 8):
+        est = total(world)
+        lines.append(f"{world} GPU{'s' if world > 1 else ''}: {memory.format_estimate(est)}  -> {'fits' if est['total'] <= usable else 'DOES NOT FIT'}")
+    smallest = next((w for w in memory.WORLD_SIZES if total(w)["total"] <= usable), None)
+    lines.append(f"the smallest GPU count that fits: {smallest}" if smallest else
+                 f"no GPU count up to {memory.WORLD_SIZES[-1]} fits (fewer samples per step or a shorter clip would)")
     return lines
 
 

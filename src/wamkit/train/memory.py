@@ -123,6 +123,30 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
     return est
 
 
+def distill_estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int, method: str,
+                     chunks: int) -> dict[str, float]:
+    """Bytes per GPU of a `wamkit distill` run: the student as `estimate` counts it, plus the whole models
+    the DistillTrainer builds beside it, each sharded exactly like the student (fp32 masters of what the
+    build trains, the rest in `parallel.param_dtype`): the EMA model and the frozen teacher (tf_dcm) or
+    reference (sf_dmd); sf_dmd's critic also trains (gradients, AdamW moments; no EMA). The SF-DMD
+    student turn backpropagates through one forward per chunk of its rollout (each chunk's exit step),
+    so it keeps `chunks` times the activations of one forward; TF-dCM's student runs one."""
+    est = estimate(counts, knobs, tokens_per_sample, vae_params)
+    shard = max(knobs.world // knobs.replicate, 1)
+    whole = knobs.world == 1 or knobs.replicate_frozen
+    model = 4 * counts.trainable / shard + knobs.param_bytes * counts.frozen / (1 if whole else shard)
+    est.pop("total")
+    est["EMA model"] = model
+    if method == "tf_dcm":
+        est["frozen teacher"] = model
+    else:
+        est["frozen reference"] = model
+        est["critic (weights, gradients, AdamW)"] = model + 12 * counts.trainable / shard
+        est["activations"] *= max(int(chunks), 1)
+    est["total"] = sum(est.values())
+    return est
+
+
 def choose_checkpointing(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int, usable: float) -> str:
     """What "auto" means: the least recomputation (none, then the MLPs, then whole layers) whose
     estimate fits `usable` bytes with ESTIMATE_ALLOWANCE to spare. Recomputation costs a third of a

@@ -24,7 +24,8 @@ import torch
 
 from wamkit.data import LeRobotV3Dataset
 from wamkit.worldmodel import metrics as M
-from wamkit.worldmodel.rollout import MODES, Rollout, WorldModel, WorldModelError, load_episode, probe_episode, rollout_episode
+from wamkit.worldmodel.rollout import (MODES, BundleEpisodes, Rollout, WorldModel, WorldModelError, load_episode, probe_episode,
+                                       rollout_episode)
 
 PSNR_THRESHOLD_DB = 20.0
 
@@ -235,12 +236,27 @@ def write_markdown(path: Path, report: dict) -> None:
 
 
 # ---- entry ----------------------------------------------------------------------------------------
+def open_episodes(path) -> "LeRobotV3Dataset | BundleEpisodes":
+    """The recorded episodes at `path`: a sim-bimanual bundle or a LeRobot v3.0 dataset."""
+    from wamkit.bimanual.bundle import is_bundle
+
+    return BundleEpisodes(path) if is_bundle(path) else LeRobotV3Dataset(path)
+
+
+def _episode(dataset, episode: int, contract: dict):
+    return dataset.load(episode) if isinstance(dataset, BundleEpisodes) else load_episode(dataset, episode, contract)
+
+
+def _action_names(dataset, contract: dict) -> list[str]:
+    return dataset.action_names() if isinstance(dataset, BundleEpisodes) else axis_names(dataset, contract.get("action_key", "action"))
+
+
 def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], modes, out_dir: Path, seed: int = 0,
              probes: bool = True, probe_scale: float = 1.0, psnr_threshold: float = PSNR_THRESHOLD_DB,
              videos: bool = True) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
-    loaded = {ep: load_episode(dataset, ep, wm.contract) for ep in episodes}
+    loaded = {ep: _episode(dataset, ep, wm.contract) for ep in episodes}
     by_mode: dict[str, list[Rollout]] = {}
     for mode in modes:
         by_mode[mode] = [rollout_episode(wm, loaded[ep], mode, seed) for ep in episodes]
@@ -278,11 +294,12 @@ def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], mod
     report = {
         "format": "wamkit-wm-report", "version": 1,
         "checkpoint": wm.loaded.source, "dataset": str(dataset.root), "episodes": list(episodes), "modes": list(modes),
-        "action_names": axis_names(dataset, wm.contract.get("action_key", "action")),
+        "action_names": _action_names(dataset, wm.contract),
         "settings": {"num_steps": wm.num_steps, "solver": wm.solver, "shift": wm.shift_for(next(iter(loaded.values())).frames[0]),
                      "guidance": wm.guidance, "guidance_interval": list(wm.guidance_interval), "seed": seed,
                      "fps": wm.fps, "chunk_length": wm.chunk_length, "psnr_threshold_db": psnr_threshold,
-                     "probe_scale": probe_scale, "motion_threshold": 8.0},
+                     "probe_scale": probe_scale, "motion_threshold": 8.0, "causal_chunk_frames": wm.chunk_frames,
+                     "student_sigmas": wm.student_sigmas},
         "results": results, "probes": probe_out, "plots": plots, "files": files + ["report.json", "report.md"],
     }
     report = _json_safe(report)
@@ -332,8 +349,10 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
         raise WorldModelError("modes", f"{bad or modes} not understood", f"use any of {list(MODES)}")
     wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
                               guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode, attention=attention)
-    ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
+    ds = open_episodes(dataset or wm.contract["dataset"])
     val_episodes = list(wm.contract.get("val_episodes") or [])
+    if isinstance(ds, BundleEpisodes):  # a bundle run records episode ids (ep00012)
+        val_episodes = [ds.number(e) for e in val_episodes]
     if episodes == "held_out":
         if not val_episodes:
             raise WorldModelError("episodes", "this run recorded no validation episodes (data.val_fraction = 0?)",

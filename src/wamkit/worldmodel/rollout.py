@@ -31,6 +31,8 @@ from wamkit.data.canvas import compose_frames, contract_padding
 from wamkit.errors import WamkitError
 from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
+from wamkit.diffusion.sampling import sigma_schedule
+from wamkit.worldmodel.chunked import sample_video_chunked
 from wamkit.worldmodel.sampling import sample_video
 
 MODES = ("teacher_forced", "autoregressive")
@@ -62,7 +64,7 @@ class WorldModel(ContractModel):
 
     def __init__(self, loaded, num_steps: int = 30, shift: float | None = None, guidance: float = 1.0,
                  guidance_interval=(0.0, 1.0), solver: str = "euler", allow_any_mode: bool = False,
-                 attention: str | None = None):
+                 attention: str | None = None, student_sigmas: list[float] | None = None):
         mode = str(loaded.model_info.get("mode", "policy"))
         if mode not in WORLD_MODEL_TRAINING_MODES and not allow_any_mode:
             raise WorldModelError("model.mode", f"the checkpoint was trained in {mode!r} mode, which never learned to "
@@ -71,6 +73,16 @@ class WorldModel(ContractModel):
         self._init_contract(loaded)
         self.num_steps, self.shift, self.guidance = int(num_steps), shift, float(guidance)
         self.guidance_interval, self.solver = tuple(float(x) for x in guidance_interval), solver
+        # Block-causal runs (stages 1-3) sample chunk by chunk; a distilled student on its own ladder.
+        self.chunk_frames = int(loaded.diffusion.get("causal_chunk_frames", 0) or 0)
+        self.student_sigmas = [float(s) for s in student_sigmas] if student_sigmas else None
+        if self.student_sigmas:
+            self.num_steps, self.solver = len(self.student_sigmas) - 1, "consistency"
+        if self.chunk_frames and self.use_state:
+            raise WorldModelError("data.use_state", "is true in a chunk-autoregressive run", "the block-causal stages take no state row")
+        if self.chunk_frames and (self.guidance != 1.0 or self.solver == "unipc"):
+            raise WorldModelError("guidance/solver", f"chunk-autoregressive sampling (causal_chunk_frames = {self.chunk_frames}) "
+                                  "takes Euler or consistency steps without guidance", "use --solver euler --guidance 1.0")
         param = next(self.model.parameters())
         backend = (attention_backend(attention, param.device, param.dtype) if attention
                    else sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype))
@@ -79,8 +91,10 @@ class WorldModel(ContractModel):
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
         """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
+        from wamkit.distill.export import student_ladder
         from wamkit.policy.loading import is_export, load_from_checkpoint, load_from_export
 
+        kw.setdefault("student_sigmas", student_ladder(path))
         if is_export(path):
             return cls(load_from_export(path, device=device), **kw)
         return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
@@ -109,6 +123,12 @@ class WorldModel(ContractModel):
         """Model-space inputs -> uint8 video [B, T+1, H, W, 3] (one packed forward per step)."""
         prompts = [self.contract["prompt_template"].format(task=t) for t in tasks]
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        if self.chunk_frames:
+            sigmas = self.student_sigmas or sigma_schedule(self.num_steps, self.shift_for(first_frames[0])).tolist()
+            return sample_video_chunked(
+                self.model, self.processor, self.video_tokenizer, self.text_tokenizer, first_frames, actions, sigmas,
+                self.chunk_frames, "consistency" if self.student_sigmas else "euler", generators, self.fps, prompts,
+                domain_id=int(self.contract.get("domain_id", 0)), video_prediction=self.video_prediction).cpu()
         return sample_video(
             self.model, self.processor, self.video_tokenizer, self.text_tokenizer, first_frames, actions, states,
             num_steps=self.num_steps, shift=self.shift_for(first_frames[0]), guidance=self.guidance,
@@ -143,6 +163,46 @@ def load_episode(dataset: LeRobotV3Dataset, episode: int, contract: dict) -> Epi
     actions = cols[keys[0]].reshape(length, -1).astype(np.float64)
     states = cols[state_key].reshape(length, -1).astype(np.float64) if state_key else None
     return EpisodeData(episode, frames, actions, states, dataset.episode_task(episode))
+
+
+class BundleEpisodes:
+    """A sim-bimanual bundle's episodes as evaluation reads them (wamkit.bimanual.bundle): each episode's
+    whole video, its raw 59-value action rows with the values its source does not provide zeroed (the
+    training transform zeroes them after normalizing; the asinh of 0 is 0), and its caption. Episodes
+    are numbered by their id's digits (`ep00012` -> 12, as `wamkit data bundle` names the LeRobot
+    episode), so a run's `val_episodes` ids map to the numbers `--episodes` takes."""
+
+    def __init__(self, root):
+        from wamkit.bimanual.bundle import open_bundle
+
+        self.bundle = open_bundle(root)
+        self.root = self.bundle.root
+        self.records = {}
+        for r in self.bundle.samples:
+            self.records.setdefault(self.number(r["episode_id"]), r)
+        self.episode_indices = sorted(self.records)
+
+    def number(self, episode_id: str) -> int:
+        digits = "".join(ch for ch in str(episode_id) if ch.isdigit())
+        if not digits:
+            raise WorldModelError(f"{self.root}/samples.json", f"episode id {episode_id!r} has no number",
+                                  "name episodes ep<N> (as `wamkit data bundle` does)")
+        return int(digits)
+
+    def load(self, episode: int) -> EpisodeData:
+        from wamkit.data.video import decode_at_times
+
+        if episode not in self.records:
+            raise WorldModelError("episodes", f"{episode} is not an episode of {self.root}", f"use one of {self.episode_indices}")
+        r = self.records[episode]
+        actions = np.load(self.root / r["actions"]).astype(np.float64)
+        actions *= np.load(self.root / r["action_mask"]).astype(bool)
+        times = np.arange(len(actions) + 1) / self.bundle.fps
+        frames = torch.from_numpy(np.ascontiguousarray(decode_at_times(self.root / r["media"], times, self.bundle.fps)))
+        return EpisodeData(episode, frames, actions, None, r["caption"])
+
+    def action_names(self) -> list[str]:
+        return list(self.bundle.manifest["action_names"])
 
 
 def compose_views(views: list[np.ndarray], canvas: dict | None) -> torch.Tensor:
