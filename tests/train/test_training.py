@@ -5,6 +5,7 @@ import json
 import torch
 
 from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli
+from wamkit.config import load_experiment
 from wamkit.model.cosmos3 import build_transformer
 
 
@@ -71,14 +72,15 @@ def test_stats_with_zero_range_are_refused_before_training(demo_root, tmp_path):
 
 
 def test_token_budget_sets_the_samples_per_packed_sequence(demo_root, tmp_path):
-    # demo windows: 32 text (max) + 3 latent frames x 16 patches + 8 actions + 1 state row = 89 tokens
-    args = quick_overrides(demo_root, tmp_path, "budget", 2, 2) + ["--set", "trainer.max_tokens_per_batch=300", "--set", "scheduler.warm_up_steps=[1]"]
-    run_cli(["train", str(DEMO_RECIPE), *args])
+    # demo windows: the recipe's max_text_tokens + 3 latent frames x 16 patches + 8 actions + 1 state row
+    tokens = load_experiment(DEMO_RECIPE).model.max_text_tokens + 3 * 16 + 8 + 1
+    budget = ["--set", f"trainer.max_tokens_per_batch={3 * tokens + tokens // 2}", "--set", "scheduler.warm_up_steps=[1]"]
+    run_cli(["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "budget", 2, 2), *budget])
     resolved = json.loads((tmp_path / "budget" / "resolved_config.json").read_text())
-    assert resolved["trainer"]["samples_per_step"] == 3  # floor(300 / 89)
+    assert resolved["trainer"]["samples_per_step"] == 3  # floor(3.5 windows)
     small = quick_overrides(demo_root, tmp_path, "tiny_budget", 2, 2) + ["--set", "trainer.max_tokens_per_batch=50", "--set", "scheduler.warm_up_steps=[1]"]
     proc = run_cli(["train", str(DEMO_RECIPE), *small], check=False)
-    assert proc.returncode == 2 and "trainer.max_tokens_per_batch" in proc.stderr and "89 tokens" in proc.stderr
+    assert proc.returncode == 2 and "trainer.max_tokens_per_batch" in proc.stderr and f"{tokens} tokens" in proc.stderr
 
 
 def test_full_activation_checkpointing_trains_packed_samples(demo_root, tmp_path):

@@ -48,10 +48,15 @@ _MW_TASKS = {
     "window-open-v3": ("slide the window open", 200),
     "window-close-v3": ("slide the window closed", 200),
 }
-# named groups of envs, usable wherever an env list is: Meta-World's MT10 benchmark and the bundled demo's three
+# named groups of envs, usable wherever an env list is: Meta-World's MT10 benchmark and the two bundled datasets'
+# tasks. easy4 (README command 1): four MT10 tasks whose target is a large object (drawer, button, window), which a
+# tiny CPU policy learns in minutes; in mt3, reach and push must find a small goal marker in the image, and the same
+# policy rarely solves them (benchmarks/RESULTS.md, "Demo training run (CPU)").
 SUITES: dict[str, tuple[str, ...]] = {
     "metaworld/mt10": tuple(f"metaworld/{t}" for t in _MW_TASKS),
     "metaworld/mt3": ("metaworld/reach-v3", "metaworld/push-v3", "metaworld/drawer-open-v3"),
+    "metaworld/easy4": ("metaworld/drawer-open-v3", "metaworld/drawer-close-v3", "metaworld/button-press-topdown-v3",
+                        "metaworld/window-close-v3"),
 }
 MW_FPS = 80.0  # 1 / (frame_skip 5 * timestep 0.0025 s); checked against env.dt at construction
 
