@@ -49,6 +49,11 @@ def run_torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess
     return proc
 
 
+# The velocity action head: two of its noise draws are two plans, which real-time chunking's steering
+# must reconcile (the demo recipe's x0 head samples close to one conditional-mean chunk whatever the noise).
+VELOCITY_HEAD = ('diffusion.action_prediction="velocity"', "diffusion.shift=0.0")
+
+
 def train_tiny_run(tmp: Path, name: str = "tiny_run", extra=()) -> Path:
     """Train the demo recipe 4 steps in-process on a generated 2-D reach dataset; the run dir."""
     from wamkit.config import load_experiment

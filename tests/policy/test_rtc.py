@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import train_tiny_run
+from tests.helpers import VELOCITY_HEAD, train_tiny_run
 from wamkit.diffusion.rtc import guidance_weight, soft_mask
 from wamkit.errors import WamkitError
 from wamkit.policy import Policy
@@ -16,10 +16,8 @@ from wamkit.policy.policy import PolicyInputError
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    """The velocity action head: two of its noise draws are two plans, which steering must reconcile (the demo
-    recipe's x0 head samples close to one conditional-mean chunk whatever the noise)."""
-    head = ['diffusion.action_prediction="velocity"', "diffusion.shift=0.0"]
-    return Policy.from_checkpoint(train_tiny_run(tmp_path_factory.mktemp("rtc"), extra=head), num_steps=4)
+    """The velocity action head (tests.helpers.VELOCITY_HEAD): steering has two plans to reconcile."""
+    return Policy.from_checkpoint(train_tiny_run(tmp_path_factory.mktemp("rtc"), extra=VELOCITY_HEAD), num_steps=4)
 
 
 def _obs(seed=0):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.helpers import VELOCITY_HEAD
 from tests.serve.serve_helpers import NUM_STEPS, SEED, train_tiny_run
 from wamkit.export import export_run
 from wamkit.policy import Policy
@@ -10,7 +11,8 @@ from wamkit.serve import PolicyServer
 
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory):
-    return train_tiny_run(tmp_path_factory.mktemp("serve"))
+    """With the velocity action head: the real-time-chunking tests need a policy whose noise draws differ."""
+    return train_tiny_run(tmp_path_factory.mktemp("serve"), extra=VELOCITY_HEAD)
 
 
 @pytest.fixture(scope="session")
