@@ -92,15 +92,16 @@ def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
     lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
     if dcfg is not None:
         return lines + distill_memory_lines(cfg, model, tokens_per_sample, dcfg, vae, usable)
-    knobs_at = lambda world: memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae, usable)  # noqa: E731
+    plans = {}  # world size -> (knobs with "auto" resolved, estimate)
     for world in (1, 2, 8):
-        knobs = knobs_at(world)
+        knobs = memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae, usable)
         est = memory.estimate(counts, knobs, tokens_per_sample, vae)
+        plans[world] = knobs, est
         verdict = "fits" if est["total"] <= usable else "DOES NOT FIT"
         auto = f" (activation checkpointing auto -> {knobs.checkpointing})" if cfg.parallel.activation_checkpointing == "auto" else ""
         lines.append(f"{world} GPU{'s' if world > 1 else ''}{auto}: {memory.format_estimate(est)}  -> {verdict}")
-    one = knobs_at(1)
-    if memory.estimate(counts, one, tokens_per_sample, vae)["total"] > usable:
+    one, one_est = plans[1]
+    if one_est["total"] > usable:
         lines.append(memory.fit_report(counts, memory.lora_counts_for(model, cfg), one, tokens_per_sample, vae, usable))
     return lines
 
