@@ -322,12 +322,16 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
     order = epoch_order(len(samples), seed)
     policy.train()
     losses = []
-    step = 0
+    step, t_warm, refix = 0, 0.0, PROBE_STEPS
     while step < steps:
-        if args.train_seconds and step == PROBE_STEPS:  # the budget in steps, from the measured rate
+        if args.train_seconds and step == WARMUP_STEPS:  # the rate is timed from here: the first steps autotune
             sync(args.device)
-            steps = steps_in_budget((time.perf_counter() - t0) / step, args.train_seconds - (time.perf_counter() - t0), step)
+            t_warm = time.perf_counter() - t0
+        if args.train_seconds and step == refix:  # the budget in steps, from the measured steady rate
+            sync(args.device)
+            steps = time_box_steps(t_warm, time.perf_counter() - t0, step, args.train_seconds)
             scheduler = _rebuilt(sched_cfg, optimizer, steps, step) if sched_cfg is not None else None
+            refix = (step + steps) // 2 if refix == PROBE_STEPS and steps > 2 * step else -1  # once more, halfway
         idx = torch.as_tensor([next(order) for _ in range(args.batch_size)], device=args.device)
         batch = add_obs_steps_dim(pre(samples.batch(idx)), policy)
         loss, _ = policy.forward(batch)
@@ -364,7 +368,15 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
                          num_steps=getattr(getattr(policy, "diffusion", None), "num_inference_steps", 1))
 
 
-PROBE_STEPS = 20  # steps timed before a --train-seconds run fixes its step count
+WARMUP_STEPS = 20  # a --train-seconds run's first steps (cuDNN autotuning, allocator growth): not timed
+PROBE_STEPS = 60  # the step at which it fixes its step count from the rate since WARMUP_STEPS, re-fixed halfway
+
+
+def time_box_steps(t_warm: float, t_now: float, step: int, train_seconds: float) -> int:
+    """Total steps of a time-boxed run at `step` (t_now seconds in, t_warm at WARMUP_STEPS): the rate since
+    the warm-up, not since the start. Timed from step 0, the warm-up's slow steps made the H200 MT10 run
+    (issue 26) fix 1801 ACT steps that took 86 s of a 240 s box."""
+    return steps_in_budget((t_now - t_warm) / max(1, step - WARMUP_STEPS), train_seconds - t_now, step)
 
 
 def steps_in_budget(seconds_per_step: float, seconds_left: float, done: int) -> int:

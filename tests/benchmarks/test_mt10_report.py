@@ -61,3 +61,15 @@ def test_time_box_fixes_steps_from_the_measured_rate(monkeypatch):
     pq = _load(monkeypatch, "policy_quality")
     assert pq.steps_in_budget(0.5, 100.0, 20) == 220
     assert pq.steps_in_budget(0.5, -3.0, 20) == 20  # already over: stop after the probe
+
+
+def test_time_box_times_the_rate_after_the_warm_up(monkeypatch):
+    """Slow first steps (autotuning) must not shrink the run: 20 steps of 0.133 s, then 0.047 s a step, in a
+    240 s box, as ACT ran on the H200 (issue 26), fix ~5000 steps, not the 1801 that took 86 s."""
+    pq = _load(monkeypatch, "policy_quality")
+    t_warm = pq.WARMUP_STEPS * 0.133
+    t_probe = t_warm + (pq.PROBE_STEPS - pq.WARMUP_STEPS) * 0.047
+    steps = pq.time_box_steps(t_warm, t_probe, pq.PROBE_STEPS, 240.0)
+    assert steps == pq.PROBE_STEPS + int((240.0 - t_probe) / 0.047)
+    assert abs(t_probe + (steps - pq.PROBE_STEPS) * 0.047 - 240.0) < 0.05  # the box is filled
+    assert pq.time_box_steps(t_warm, 250.0, pq.PROBE_STEPS, 240.0) == pq.PROBE_STEPS  # over already: stop
