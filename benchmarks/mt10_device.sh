@@ -23,6 +23,12 @@
 #   world-model judge          6 checkpoints x ~20 held-out episodes ~0.8*
 #   total                      ~9.4 (10 max)                             ~8.3
 #
+# MEASURED on one H200 (2026-12-01, benchmarks/RESULTS.md "Issue 26: MT10 on one H200"): record 27.5 s;
+# the policy reached 218-435 steps x 64 in the 220 s after its first step (63-127 samples/s beside the
+# world model; SPS was 400, so its schedule of 1312 steps ran to 17-33% and it saved one checkpoint);
+# wamkit closed loop ~1.45 s per episode on 15 workers (100 episodes 165 s, compile included), ~8x the
+# estimate above, so PHASE=1 was cut at 600 s in the final 50/task evaluation and the judge did not run.
+# ACT and DP evaluate at ~4.7 and ~2.4 episodes/s on 7 workers each.
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
@@ -55,7 +61,7 @@ else
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
   ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-10}
-  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-400}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
+  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-80}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
@@ -92,7 +98,9 @@ phase1() {
   train metaworld_mt10 policy "$iters" $(( iters / CKPTS )) --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" &
   train metaworld_fd_mt10 wm "$WM_ITERS" $(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
   wait
+  for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$OUT/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
   grep -h "samples/s\|first step\|train rc" "$OUT"/train_*.log | tail -8
+  for f in "$OUT"/metrics_*.jsonl; do [ -f "$f" ] && echo "$f: $(grep samples_per_s "$f" | tail -1)"; done
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
     --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$OUT/eval_curve.log" 2>&1 || tail -20 "$OUT/eval_curve.log"
