@@ -4,6 +4,8 @@
 #   PHASE=1gpu-b bash benchmarks/train_e2e_device.sh   # nvidia-h200: droid_1gpu online; g1_simple as its header runs it (the
 #                                                       # memory gate); so101 from the cache for 200 steps with a save (flat memory, size)
 #   PHASE=auto   bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 with activation checkpointing "auto", online, cache, relaunch
+#   PHASE=encode bash benchmarks/train_e2e_device.sh   # nvidia-h200: the VAE encode per clip (SO-101, G1 canvases), then so101
+#                                                       # online on a cold machine (the first step's compile split is in its log)
 #   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
 #   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
 # Logs and tables land in $OUT.
@@ -31,6 +33,12 @@ case "${PHASE:-1gpu-a}" in
         python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_auto_online.txt
         python3 $E2E --gpus 1 --recipes so101_fd_chunk16 --latent-cache 2>&1 | tee $OUT/e2e_auto_cache.txt
         python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_auto_online_relaunch.txt ;;
+  encode) # the training run first, on cold caches; the encode diagnostic after it with caches of its own (cold too)
+          python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_encode_online.txt
+          grep -h "first step done" /tmp/wamkit_e2e/*.log
+          export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_vae_bench TRITON_CACHE_DIR=/tmp/triton_vae_bench
+          python3 benchmarks/vae_encode.py --sizes 544x736 --frames 17 --batch 6 --repeats 3 2>&1 | tee $OUT/vae_encode_so101.txt
+          python3 benchmarks/vae_encode.py --sizes 256x320 --frames 33 --batch 8 --repeats 3 2>&1 | tee $OUT/vae_encode_g1.txt ;;
   2gpu) python3 $E2E --gpus 2 --recipes ${RECIPES:-g1_simple droid} 2>&1 | tee $OUT/e2e_2gpu.txt ;;
   harness) python3 benchmarks/train_throughput.py --layers 36 --no-baseline --packed g1=16,droid=16 --steps 5 --warmup 2 2>&1 | tee $OUT/harness.txt ;;
 esac

@@ -82,23 +82,43 @@ def test_pixel_first_latent_frame_depends_only_on_the_first_frame():
     torch.testing.assert_close(tok.encode(clip[:, :1])[:, :, 0], tok.encode(clip)[:, :, 0])
 
 
-def test_compiled_encoder_runs_steady_chunks_through_one_graph_and_encodes_the_same(tiny_wan_dir):
-    """compile_encoder sends the calls from the third chunk on through torch.compile (here with
-    dynamo's eager backend: the same graphs, no codegen) and the first two eagerly: the latents do
-    not change, graphs are captured, and a second clip of the same shape compiles nothing new."""
+@pytest.mark.parametrize("channels_last", [False, True], ids=["row-major", "channels-last"])
+def test_compiled_encoder_runs_every_chunk_after_the_first_frame_through_one_graph(tiny_wan_dir, channels_last):
+    """compile_encoder sends every call after the first frame through torch.compile (here with
+    dynamo's eager backend: the same graphs, no codegen): a 1 + 4-frame clip already compiles its
+    one chunk, the latents do not change (the zero-padded first-frame cache is exact), and clips of
+    other lengths compile nothing new, in either weight layout (WanTokenizer.to sets channels-last
+    on CUDA)."""
     from torch._dynamo.utils import counters
 
+    from wamkit.model.tokenizer import channels_last_convs
+
     torch._dynamo.reset()
-    video = torch.randint(0, 256, (1, 17, 32, 48, 3), dtype=torch.uint8)
-    expected = build_video_tokenizer("wan2.2", str(tiny_wan_dir)).encode(video)
+    counters.clear()
+    plain = build_video_tokenizer("wan2.2", str(tiny_wan_dir))
     tok = build_video_tokenizer("wan2.2", str(tiny_wan_dir))
+    if channels_last:
+        channels_last_convs(tok.vae)
     tok.compile_encoder(backend="eager")
-    first = tok.encode(video)
-    graphs = counters["stats"]["unique_graphs"]
-    second = tok.encode(torch.randint(0, 256, (1, 17, 32, 48, 3), dtype=torch.uint8))
-    torch.testing.assert_close(first, expected)
-    assert graphs > 0 and counters["stats"]["unique_graphs"] == graphs
-    assert second.shape == first.shape
+    clips = [torch.randint(0, 256, (1, frames, 32, 48, 3), dtype=torch.uint8) for frames in (5, 17, 9)]
+    first = tok.encode(clips[0])
+    assert counters["stats"]["unique_graphs"] == 1 and tok.compile_seconds > 0
+    for clip in clips[1:]:
+        torch.testing.assert_close(tok.encode(clip), plain.encode(clip), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(first, plain.encode(clips[0]), rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_uniform_first_frame_cache_pads_only_the_causal_convolutions_entries():
+    """The temporal downsamplers' entries keep one frame (they read only the last); one-frame
+    entries of causal convolutions get a zero frame in front; anything else is left alone."""
+    from wamkit.model.tokenizer import uniform_first_frame_cache
+
+    conv, down, deep = torch.ones(1, 2, 1, 3, 3), torch.ones(1, 2, 1, 3, 3), torch.ones(1, 2, 2, 3, 3)
+    cache = [conv, down, deep, None, "Rep"]
+    uniform_first_frame_cache(cache, skip=[1])
+    assert cache[0].shape[2] == 2 and cache[0][:, :, 0].abs().sum() == 0 and torch.equal(cache[0][:, :, 1:], conv)
+    assert cache[1] is down and cache[2] is deep and cache[3] is None and cache[4] == "Rep"
 
 
 def test_encode_flops_are_what_the_tokenizer_runs_counted_without_running_it(tiny_wan_dir):

@@ -115,8 +115,9 @@ class ModelConfig:
     tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
     # torch.compile the Wan2.2 VAE encoder when training on a GPU: about 2x faster encodes (21.6 vs 44
-    # ms per 33-frame 256x320 clip on an H200) for compile time at the first step (steady-state chunks only). Runs
-    # from a latent cache (data.latent_cache) never encode and do not compile it.
+    # ms per 33-frame 256x320 clip on an H200) for one compile at the first step (every chunk after the first
+    # frame; the log's first-step line says how long). Runs from a latent cache (data.latent_cache) never
+    # encode and do not compile it.
     compile_vae: bool = True
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
     text_tokenizer_path: str = ""  # "" -> the base checkpoint's own tokenizer, bytes without a base; "byte"; or a tokenizer directory

@@ -112,3 +112,11 @@ def compile_pointwise(model, processor=None) -> int:
                 module.compile(dynamic=None)
                 compiled += 1
     return compiled
+
+
+def dynamo_compile_seconds() -> float:
+    """Seconds torch.compile has spent in this process so far: dynamo's frame compiles (the forward
+    graphs, inductor included) and the lazily compiled backward graphs."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(key, ())) for key in ("_compile.compile_inner", "backward._backward_impl"))

@@ -114,24 +114,41 @@ class WanTokenizer:
         return self
 
     def compile_encoder(self, **compile_kwargs) -> None:
-        """torch.compile the VAE encoder's steady-state chunks: its normalisations and activations at
-        full resolution fuse, encoding a 33-frame 256x320 clip in 21.7 instead of 37.4 ms on an H200
-        when every chunk is compiled (benchmarks/vae_encode.py). Training does this on GPUs
-        (model.compile_vae).
+        """torch.compile the VAE encoder's chunks after the first frame: its normalisations and
+        activations at full resolution fuse, encoding a 33-frame 256x320 clip in 21.7 instead of
+        37.4 ms on an H200 when every chunk is compiled (benchmarks/vae_encode.py). Training does
+        this on GPUs (model.compile_vae).
 
         The encoder runs a clip as a first frame, then chunks of four frames, each reading the
-        causal cache the previous one left. The first two calls see a cache of another shape (empty,
-        then one frame deep), so compiling them would cost two more whole-encoder compiles (about
-        90 s at the first step, measured with all three) for 2 of 9 calls: they run eagerly, and
-        only calls from the third on go through the compiled graph."""
+        causal cache the previous one left. The first frame (no cache) runs eagerly on its 2-D fast
+        path; after it, `uniform_first_frame_cache` gives the cache the shape every later chunk
+        leaves and dense inputs the same strides, so all later chunks, the second one included, run
+        one compiled graph per batch and frame size, whatever the clip length.
+        `compile_seconds` accumulates the time of the calls that compiled (a log line's number)."""
         encoder = self.vae.encoder
         plain, compiled = encoder.forward, torch.compile(encoder.forward, **compile_kwargs)
         calls = [0]  # calls since the cache was cleared (a new clip)
+        downsampler_slots = []  # cache entries of the temporal downsamplers (one frame deep throughout)
+        self.compile_seconds = 0.0
 
         def forward(x, feat_cache=None, feat_idx=[0]):  # noqa: B006 - diffusers' own signature
             fresh = feat_cache is None or all(entry is None for entry in feat_cache)  # cleared for a new clip
             calls[0] = 0 if fresh else calls[0] + 1
-            return (compiled if calls[0] >= 2 else plain)(x, feat_cache=feat_cache, feat_idx=feat_idx)
+            if calls[0] == 0:
+                out, downsampler_slots[:] = run_noting_downsampler_slots(encoder, plain, x, feat_cache, feat_idx)
+                return out
+            if calls[0] == 1:
+                uniform_first_frame_cache(feat_cache, skip=downsampler_slots)
+            # Dense inputs: the graph is guarded on strides, which slices of the clip and the cache
+            # entries (eager or compiled views of the last chunk) would otherwise change call to call.
+            layout = _activation_format(encoder)
+            feat_cache[:] = [_dense(e, layout) if isinstance(e, torch.Tensor) else e for e in feat_cache]
+            from wamkit.model.cuda_graphs import dynamo_compile_seconds
+
+            before = dynamo_compile_seconds()
+            out = compiled(_dense(x, layout), feat_cache=feat_cache, feat_idx=feat_idx)
+            self.compile_seconds += dynamo_compile_seconds() - before
+            return out
 
         encoder.forward = forward
 
@@ -180,6 +197,51 @@ class WanTokenizer:
         z = latents * self.std.to(latents.device) + self.mean.to(latents.device)
         x = self.vae.decode(z.to(device=param.device, dtype=param.dtype)).sample.float()
         return _from_unit_range(x)
+
+
+def uniform_first_frame_cache(feat_cache: list, skip=()) -> None:
+    """Prepend a zero frame to the causal convolutions' one-frame cache entries, in place. After the
+    first frame each causal convolution caches that one frame and zero-pads the missing second tap
+    at the next call; after any later chunk it caches two frames. A zero frame in front is exactly
+    that padding, so the results are unchanged and every chunk after the first sees caches of one
+    shape: one compiled graph instead of an eager second call (or a second graph). The temporal
+    downsamplers' entries (`skip`) stay one frame deep: they keep only the last frame throughout."""
+    for i, entry in enumerate(feat_cache):
+        if i not in skip and isinstance(entry, torch.Tensor) and entry.dim() == 5 and entry.shape[2] == 1:
+            feat_cache[i] = torch.cat([torch.zeros_like(entry), entry], dim=2)
+
+
+def run_noting_downsampler_slots(encoder, forward, x, feat_cache, feat_idx) -> tuple[torch.Tensor, list[int]]:
+    """Run `forward` (the encoder's, eagerly) and note which cache entries its temporal
+    downsamplers (diffusers' WanResample in mode downsample3d) take: the cache is one flat list
+    filled in call order, so their slots are only known by watching a call."""
+    slots = []
+
+    def note(module, args, kwargs):
+        slots.append((kwargs["feat_idx"] if "feat_idx" in kwargs else args[2])[0])
+
+    handles = [m.register_forward_pre_hook(note, with_kwargs=True) for m in encoder.modules()
+               if type(m).__name__ == "WanResample" and getattr(m, "mode", "") == "downsample3d"]
+    try:
+        out = forward(x, feat_cache=feat_cache, feat_idx=feat_idx)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, slots
+
+
+def _dense(t: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """`t` with exactly the strides `memory_format` gives a new tensor of its shape. Compiled graphs
+    are guarded on every stride, and `contiguous()` keeps a size-one dimension's stride as it was."""
+    canonical = torch.empty(t.shape, device="meta", memory_format=memory_format).stride()
+    return t if t.stride() == canonical else t.clone(memory_format=memory_format)
+
+
+def _activation_format(encoder) -> torch.memory_format:
+    """The layout the encoder's activations take: channels-last 3-D where its convolution weights
+    are (WanTokenizer.to on CUDA), else row-major."""
+    weight = encoder.conv_in.weight
+    return torch.channels_last_3d if not weight.is_contiguous() and weight.is_contiguous(memory_format=torch.channels_last_3d) else torch.contiguous_format
 
 
 def channels_last_convs(vae, memory_format: torch.memory_format = torch.channels_last_3d) -> None:

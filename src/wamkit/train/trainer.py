@@ -330,6 +330,16 @@ class Trainer:
                 logger.close()
         return self.summary()
 
+    def _compile_note(self) -> str:
+        """Where a first step's time went to torch.compile (the cold-start cost a warm cache saves)."""
+        from wamkit.model.cuda_graphs import dynamo_compile_seconds
+
+        total = dynamo_compile_seconds()
+        if total < 0.05:
+            return ""
+        vae = getattr(self.video_tokenizer, "compile_seconds", 0.0)
+        return f"; torch.compile {total:.1f} s" + (f", {vae:.1f} s of it the VAE encoder" if vae else "")
+
     def _train_loop(self, stream, bar, logger, throughput) -> None:
         """Step until max_iter: log, validate and save on their schedules."""
         cfg, main = self.cfg.trainer, self.ctx.is_main
@@ -340,7 +350,7 @@ class Trainer:
             record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
             if self.step == 1 and main:
                 print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
-                      f"({record['step_s']:.1f} s in the step itself)", flush=True)
+                      f"({record['step_s']:.1f} s in the step itself{self._compile_note()})", flush=True)
             saving = self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter
             if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
                 record = self._read_back(record)
