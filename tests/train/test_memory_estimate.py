@@ -158,3 +158,12 @@ def test_distill_dry_run_prints_the_distillation_memory_and_the_gpu_count_it_nee
     out = proc.stdout
     assert "distillation (sf_dmd)" in out and "critic (weights, gradients, AdamW)" in out
     assert "DOES NOT FIT" in out.split("2 GPUs:")[0] and "the smallest GPU count that fits:" in out
+
+
+def test_the_first_steps_memory_line_signs_the_estimates_error():
+    """Short estimates read negative (what a gate must not be), generous ones positive; a run with no
+    estimate (no camera sizes before the first batch) still reports its peaks."""
+    short = memory.measured_line(36.4, 32.8, 30.1)
+    assert "peak 36.4 GiB" in short and "(-10%)" in short and "30.1 GiB while building" in short
+    assert "(+1%)" in memory.measured_line(73.4, 74.0, 29.0)
+    assert "estimate" not in memory.measured_line(5.0, None, 4.0)

@@ -185,6 +185,14 @@ def format_estimate(est: dict[str, float]) -> str:
     return "  ".join(f"{k} {v / GIB:.2f}" for k, v in est.items())
 
 
+def measured_line(step_peak_gib: float, estimate_gib: float | None, setup_peak_gib: float) -> str:
+    """What the trainer logs after its first step: the step's peak beside the estimate (its error on
+    the run's own shape, signed: negative means the estimate was short) and the build's peak, which
+    the estimate does not model (materialising or loading one tensor at a time stays below it)."""
+    said = "" if estimate_gib is None else f" against the estimate's {estimate_gib:.1f} GiB ({(estimate_gib - step_peak_gib) / step_peak_gib:+.0%})"
+    return f"memory: peak {step_peak_gib:.1f} GiB allocated in the first step{said}; {setup_peak_gib:.1f} GiB while building and loading"
+
+
 def vae_parameter_count(cfg) -> int:
     """Parameters of the run's Wan2.2 VAE (its config.json, else the published layout), built on the
     meta device; 0 for the pixel tokenizer."""

@@ -313,8 +313,11 @@ class Trainer:
         bar = _progress(cfg.max_iter, self.step, cfg.progress_bar and main)
         self.model.train()
         throughput = Throughput(self.device, self.parallel_degree)
-        if main and self.device.type == "cuda":
-            print(f"[wamkit] device {self.device} ({torch.cuda.get_device_name(self.device)}); model built in {self.build_seconds:.1f} s", flush=True)
+        if self.device.type == "cuda":  # the steps' peak apart from the build's and a resume's transients
+            self.setup_peak_gib = torch.cuda.max_memory_allocated(self.device) / memory.GIB
+            torch.cuda.reset_peak_memory_stats(self.device)
+            if main:
+                print(f"[wamkit] device {self.device} ({torch.cuda.get_device_name(self.device)}); model built in {self.build_seconds:.1f} s", flush=True)
         try:
             self._train_loop(stream, bar, logger, throughput)
         except torch.OutOfMemoryError as exc:
@@ -340,6 +343,11 @@ class Trainer:
         vae = getattr(self.video_tokenizer, "compile_seconds", 0.0)
         return f"; torch.compile {total:.1f} s" + (f", {vae:.1f} s of it the VAE encoder" if vae else "")
 
+    def _memory_note(self) -> str:
+        """The first step's measured peak beside the estimate the gate used (memory.measured_line)."""
+        estimate = self.gate_plan["estimate"] / memory.GIB if self.gate_plan else None
+        return memory.measured_line(torch.cuda.max_memory_allocated(self.device) / memory.GIB, estimate, self.setup_peak_gib)
+
     def _train_loop(self, stream, bar, logger, throughput) -> None:
         """Step until max_iter: log, validate and save on their schedules."""
         cfg, main = self.cfg.trainer, self.ctx.is_main
@@ -351,6 +359,8 @@ class Trainer:
             if self.step == 1 and main:
                 print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
                       f"({record['step_s']:.1f} s in the step itself{self._compile_note()})", flush=True)
+                if self.device.type == "cuda":
+                    print(f"[wamkit] {self._memory_note()}", flush=True)
             saving = self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter
             if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
                 record = self._read_back(record)
