@@ -43,7 +43,7 @@
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
 # Everything comes back under $OUT: logs, results.json and reports (mt10_phase<N>.tgz), the plot.
 set -uo pipefail
-PHASE=${PHASE:?set PHASE=1 (wamkit + judge) or 2 (ACT + DP)}
+PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP) or profile (where closed-loop time goes: EPS=3 EPISODES=3 TRAIN_S=100)}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -144,6 +144,19 @@ phase2() {
   grep -h "success\|failed\|not run" "$OUT"/pq_*.log | tail -6
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
     eval/diffusion/table.md 2>/dev/null
+}
+
+phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing line), a short policy on a small recording
+  record
+  local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < 2 )) && iters=2
+  stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box)"
+  train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}"
+  grep -h "samples/s\|first step\|memory:\|train rc" "$OUT"/train_policy.log | tail -5
+  stamp "closed loop: $EPISODES/task, $W workers"
+  wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
+    --device "$DEVICE" --out "$EV/final" > "$OUT/eval_final.log" 2>&1 || tail -20 "$OUT/eval_final.log"
+  grep -h "policy .* batched predicts\|average of" "$OUT/eval_final.log"
+  cp "$EV"/final/results.json "$OUT/" 2>/dev/null
 }
 
 "phase$PHASE"

@@ -148,3 +148,6 @@ def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, t
         assert b.episodes == 2 and [e.seed for e in b.per_episode] == [e.seed for e in s.per_episode]
         assert all(e.length <= 8 for e in b.per_episode)
     assert (tmp_path / "b" / "results.json").is_file() and batched.ci95 == wilson_interval(batched.successes, 4)
+    timing = batched.tasks[0].timing  # where the wall time went: the policy's batched predicts vs the simulators
+    assert timing["rounds"] >= 2 and 1 <= timing["mean_batch"] <= 2 and timing["policy_s"] > 0 and timing["env_s"] > 0
+    assert timing["policy_s"] + timing["env_s"] <= batched.tasks[0].seconds and serial.tasks[0].timing is None

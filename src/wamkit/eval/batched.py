@@ -66,22 +66,55 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
     own = pool is None
     pool = pool or EnvWorkers(min(workers, len(queue)), settings)
     done: dict[str, list[EpisodeResult]] = {s.name: [] for s in specs}
+    timing = Timing()
+    captures = _graph_captures(policy)
     try:
-        _run(policy, pool, queue, done, horizon, steps, seed, verbose)
+        _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing)
     finally:
         if own:
             pool.close()
     seconds = time.perf_counter() - t0
+    timing.graph_captures = _graph_captures(policy) - captures
+    print(f"[wamkit eval] {timing.line(seconds)}", flush=True)
     return [summarize(policy, s, sorted(done[s.name], key=lambda e: e.index), horizon=horizon,
                       budget=settings.max_episode_steps or s.max_episode_steps, resolution=settings.resolution, seed=seed,
-                      num_steps=steps, seconds=seconds) for s in specs]
+                      num_steps=steps, seconds=seconds, timing=timing.to_json(seconds)) for s in specs]
 
 
-def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool) -> None:
+@dataclass
+class Timing:
+    """Where a batched evaluation's wall time went: the policy's batched predicts (GPU), the
+    simulator processes' resets and chunks, and the CUDA graphs the policy captured meanwhile (one per
+    new packed layout: many means the batches' layouts keep changing)."""
+
+    policy_s: float = 0.0
+    env_s: float = 0.0
+    rounds: int = 0
+    observations: int = 0
+    graph_captures: int = 0
+
+    def to_json(self, seconds: float) -> dict:
+        return {"policy_s": round(self.policy_s, 3), "env_s": round(self.env_s, 3), "other_s": round(seconds - self.policy_s - self.env_s, 3),
+                "rounds": self.rounds, "mean_batch": round(self.observations / max(self.rounds, 1), 2),
+                "graph_captures": self.graph_captures}
+
+    def line(self, seconds: float) -> str:
+        per_round = 1e3 * self.policy_s / max(self.rounds, 1)
+        return (f"{seconds:.1f} s: policy {self.policy_s:.1f} s over {self.rounds} batched predicts ({per_round:.0f} ms each, "
+                f"mean batch {self.observations / max(self.rounds, 1):.1f}, {self.graph_captures} CUDA graph captures), "
+                f"simulators {self.env_s:.1f} s")
+
+
+def _graph_captures(policy) -> int:
+    graphs = getattr(policy, "graphs", None)
+    return int(getattr(graphs, "captures", 0) or 0)
+
+
+def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool, timing: Timing) -> None:
     """Rounds of: start episodes on free workers, one batched predict, every live worker executes its chunk."""
     live: dict[int, _Live] = {}
-    rounds = 0
     while live or queue:
+        t0 = time.perf_counter()
         started = [w for w in range(len(pool)) if w not in live and queue]
         for w in started:
             live[w] = queue.pop(0)
@@ -89,8 +122,9 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
         for w in started:
             live[w].obs, live[w].budget = pool.receive(w)
         workers = sorted(live)
-        chunks = policy.predict([live[w].obs for w in workers], seed=seed * 1009 + rounds, num_steps=steps)
-        rounds += 1
+        t1 = time.perf_counter()
+        chunks = policy.predict([live[w].obs for w in workers], seed=seed * 1009 + timing.rounds, num_steps=steps)
+        t2 = time.perf_counter()
         for w, chunk in zip(workers, chunks):
             ep = live[w]
             ep.replans += 1
@@ -105,3 +139,7 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
                 if verbose:
                     print(f"[wamkit eval] {ep.spec.name} episode {ep.index}: {'success' if ep.success else 'failure'} "
                           f"in {ep.length} steps ({ep.replans} chunks)", flush=True)
+        timing.policy_s += t2 - t1
+        timing.env_s += (t1 - t0) + (time.perf_counter() - t2)
+        timing.rounds += 1
+        timing.observations += len(workers)

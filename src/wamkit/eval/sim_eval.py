@@ -76,6 +76,7 @@ class EvalResult:
     seam_jerk: float | None = None  # mean squared action change at chunk seams, over all seams
     step_jerk: float | None = None  # the same over every pair of consecutive actions (the baseline)
     seams: int = 0
+    timing: dict | None = None  # batched evaluation only: policy / simulator seconds (wamkit.eval.batched.Timing)
 
     def to_json(self) -> dict:
         d = asdict(self)
