@@ -151,3 +151,4 @@ def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, t
     timing = batched.tasks[0].timing  # where the wall time went: the policy's batched predicts vs the simulators
     assert timing["rounds"] >= 2 and 1 <= timing["mean_batch"] <= 2 and timing["policy_s"] > 0 and timing["env_s"] > 0
     assert timing["policy_s"] + timing["env_s"] <= batched.tasks[0].seconds and serial.tasks[0].timing is None
+    assert set(timing["ms_per_predict_by_batch"]) <= {"1", "2"} and all(v > 0 for v in timing["ms_per_predict_by_batch"].values())

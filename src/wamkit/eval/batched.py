@@ -13,7 +13,7 @@ batch, so a stochastic policy's samples are not those of a serial run; no rollou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize
@@ -92,17 +92,20 @@ class Timing:
     rounds: int = 0
     observations: int = 0
     graph_captures: int = 0
+    by_batch: dict = field(default_factory=dict)  # batch size -> [predicts, seconds]: latency- or compute-bound
 
     def to_json(self, seconds: float) -> dict:
         return {"policy_s": round(self.policy_s, 3), "env_s": round(self.env_s, 3), "other_s": round(seconds - self.policy_s - self.env_s, 3),
                 "rounds": self.rounds, "mean_batch": round(self.observations / max(self.rounds, 1), 2),
-                "graph_captures": self.graph_captures}
+                "graph_captures": self.graph_captures,
+                "ms_per_predict_by_batch": {str(b): round(1e3 * sec / n, 1) for b, (n, sec) in sorted(self.by_batch.items())}}
 
     def line(self, seconds: float) -> str:
         per_round = 1e3 * self.policy_s / max(self.rounds, 1)
         return (f"{seconds:.1f} s: policy {self.policy_s:.1f} s over {self.rounds} batched predicts ({per_round:.0f} ms each, "
                 f"mean batch {self.observations / max(self.rounds, 1):.1f}, {self.graph_captures} CUDA graph captures), "
-                f"simulators {self.env_s:.1f} s")
+                f"simulators {self.env_s:.1f} s; ms per predict by batch size: "
+                + ", ".join(f"{b}: {1e3 * sec / n:.0f}" for b, (n, sec) in sorted(self.by_batch.items())))
 
 
 def _graph_captures(policy) -> int:
@@ -140,6 +143,8 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
                     print(f"[wamkit eval] {ep.spec.name} episode {ep.index}: {'success' if ep.success else 'failure'} "
                           f"in {ep.length} steps ({ep.replans} chunks)", flush=True)
         timing.policy_s += t2 - t1
+        entry = timing.by_batch.setdefault(len(workers), [0, 0.0])
+        entry[0], entry[1] = entry[0] + 1, entry[1] + t2 - t1
         timing.env_s += (t1 - t0) + (time.perf_counter() - t2)
         timing.rounds += 1
         timing.observations += len(workers)
