@@ -107,12 +107,17 @@ phase1() {
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
     --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$OUT/eval_curve.log" 2>&1 || tail -20 "$OUT/eval_curve.log"
+  pack1
   stamp "closed loop: the last checkpoint at $EPISODES/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
     --device "$DEVICE" --out "$EV/final" > "$OUT/eval_final.log" 2>&1 || tail -20 "$OUT/eval_final.log"
   tail -1 "$OUT/eval_final.log"
+  pack1
   judge
-  stamp "pack"
+  pack1
+}
+
+pack1() {  # after every stage, so a call cut at its limit still sends back what finished
   tar czf "$OUT/mt10_phase1.tgz" -C "$WORK" --exclude='*.mp4' eval $(cd "$WORK" && ls runs/*/config.json 2>/dev/null)
   cp "$EV"/curve/success_vs_step.* "$OUT/" 2>/dev/null
 }

@@ -57,6 +57,21 @@ def test_report_pools_intervals_and_prints_measured_lines(tmp_path, monkeypatch,
     assert (tmp_path / "out" / "success_vs_step.png").stat().st_size > 0
 
 
+def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monkeypatch, capsys):
+    """Phase 1 cut before its final evaluation and phase 2 without DP (the first H200 run): the curve's
+    last checkpoint stands in for wamkit with a note, DP reads unmeasured, nothing is invented."""
+    report = _load(monkeypatch, "mt10_report")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for step, counts in ((100, [(1, 4), (0, 4)]), (218, [(2, 4), (1, 4)])):
+        _write(one / f"eval/curve/step_{step:09d}/results.json", _suite(counts, step))
+    _write(two / "eval/act/results.json", {"rows": [{"status": "ok", "extra": {"per_task": dict(zip(ENVS, [(5, 10), (2, 10)]))}}]})
+    assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "mt10_wamkit=0.375 mt10_act=0.350 mt10_dp=unmeasured" in out
+    assert "the curve's last checkpoint (step 218)" in out and "dp: no results" in out
+    assert "wm_rank_spearman: no judge report" in out
+
+
 def test_time_box_fixes_steps_from_the_measured_rate(monkeypatch):
     pq = _load(monkeypatch, "policy_quality")
     assert pq.steps_in_budget(0.5, 100.0, 20) == 220
