@@ -82,6 +82,8 @@ def inprocess_rows(args, model, vae, left) -> list[dict]:
         vae = AutoencoderKLWan.from_pretrained(str(args.export.parent / f"{args.export.name}_vae"))
     vae = vae.to(args.device, torch.bfloat16)
     policy = random_weight_policy(args.preset, args.device, args.num_steps, args.text_tokens, True, True, True, model=model, vae=vae)
+    if args.fp8:
+        policy.use_fp8_matmuls()  # the server process's --fp8, here too (it quantizes this process's copy in place)
     server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps, batch_window_ms=5.0,
                           max_batch=max(args.clients)).start_in_thread()
     rows = []
@@ -146,6 +148,7 @@ def parse_args(argv):
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
                    help="after the in-process row, its phase split and top GPU kernels (default: on CUDA)")
     p.add_argument("--kind", default="", help="the machine kind, printed beside the numbers (e.g. nvidia-h200)")
+    p.add_argument("--fp8", action="store_true", help="serve (and run the in-process harness) with FP8 matmuls (`wamkit serve --fp8`)")
     p.add_argument("--startup-timeout", type=float, default=480)
     p.add_argument("--log-dir", type=Path, default=None, help="server log and results.json (default: beside the export)")
     args = p.parse_args(argv)
@@ -175,6 +178,10 @@ class Interrupted(Exception):
     """SIGTERM (e.g. `timeout`): stop measuring, still print what was measured."""
 
 
+def fp8_note(stats: dict) -> str:
+    return f" with FP8 matmuls in {stats['fp8_linears']} generation-pathway linear layers" if stats.get("fp8_linears") else ""
+
+
 def run_parts(args, rep: Report) -> None:
     """Export, then the server's parts in the order latency, bad, inprocess (the server idles), soak."""
     import torch
@@ -199,11 +206,11 @@ def run_parts(args, rep: Report) -> None:
     try:
         if args.parts & {"latency", "bad", "soak"}:
             args.log_dir.mkdir(parents=True, exist_ok=True)
-            server = ServerProcess(args.export, args.device, args.num_steps, max(args.clients), args.log_dir / "wamkit_serve.log")
+            server = ServerProcess(args.export, args.device, args.num_steps, max(args.clients), args.log_dir / "wamkit_serve.log", args.fp8)
             server.wait_ready(min(args.startup_timeout, max(left() - 10, 30)))
             stats = server.stats()
             rep.notes.append(f"server: own process, listening after {fmt(server.listening_s)} s, /healthz 200 after {fmt(server.ready_s)} s; "
-                             f"weights {stats.get('dtype')}, CUDA allocated {gib(stats.get('cuda_allocated_bytes'))} GiB / reserved "
+                             f"weights {stats.get('dtype')}{fp8_note(stats)}, CUDA allocated {gib(stats.get('cuda_allocated_bytes'))} GiB / reserved "
                              f"{gib(stats.get('cuda_reserved_bytes'))} GiB, host RSS {gib(server.rss_bytes())} GiB after warm-up")
             rep.notes += [f"server log: {line}" for line in server.warmup_lines()]
         if "latency" in args.parts:
@@ -310,7 +317,7 @@ def print_report(args, rep: Report) -> None:
     for f in rep.failed:
         print(f"FAILED: {f}")
     if row:
-        print(f"serve_p50_ms={row['p50']:.1f}")
+        print(f"serve_p50_ms{'_fp8' if args.fp8 else ''}={row['p50']:.1f}")
 
 
 def serve_row(rep: Report) -> dict | None:
@@ -319,7 +326,7 @@ def serve_row(rep: Report) -> dict | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rep = Report(header=host_line(args.device, args.kind))
+    rep = Report(header=host_line(args.device, args.kind) + ("; FP8 matmuls in the generation pathway (--fp8), every row" if args.fp8 else ""))
     log(rep.header)
 
     def on_term(signum, frame):

@@ -8,6 +8,7 @@
 #       makes the export (random Nano weights, bf16, ~30 GB + 2.8 GB VAE under /tmp, or /dev/shm if /tmp lacks 36 GB), starts `wamkit serve` in its own
 #       process, measures 1 and 8 clients plain and with real-time chunking, the first request after /healthz 200,
 #       the bad requests, then the in-process harness row (the served process idles meanwhile)
+#   FP8:          run(..., command="bash benchmarks/serve_export_device.sh fp8")  # latency and in-process rows with --fp8
 #   device call 2: run(kind="nvidia-h200", carry=[".whl"], timeout_s=560, command="bash benchmarks/serve_export_device.sh soak")
 #       reuses the export if the machine is still the warm one (else makes it again, ~2 min), then soaks
 #       8 clients for as many minutes as the budget leaves (at most 8), one row a minute
@@ -17,7 +18,7 @@
 # Output: the tables on stdout (output_tail) and in $OUT/serve_export_<mode>.log; $OUT/wamkit_serve.log (the
 # server's own log: load, warm-up per batch size) and $OUT/serve_export_results.json.
 set -uo pipefail
-mode=${1:?usage: bash benchmarks/serve_export_device.sh wheels|latency|soak|inprocess}
+mode=${1:?usage: bash benchmarks/serve_export_device.sh wheels|latency|fp8|soak|inprocess}
 
 if [ "$mode" = wheels ]; then  # on the dev machine, before the device calls
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d .whl \
@@ -52,6 +53,7 @@ common=(--preset nano --device cuda --kind nvidia-h200 --export "$export_dir" --
         --num-steps 4 --image-size 256 --text-tokens 256 --clients 1,8 --requests 20 --budget-s 480)
 case "$mode" in
   latency) parts=(--parts latency,bad,inprocess) ;;
+  fp8) parts=(--parts latency,inprocess --fp8) ;;  # the same rows with `wamkit serve --fp8` (after latency on a warm machine: the export is reused)
   soak) parts=(--parts "" --soak-minutes 8) ;;
   inprocess) parts=(--parts inprocess) ;;  # only if call 1 printed "skipped the in-process row: budget"
   *) echo "unknown mode $mode (wheels|latency|soak|inprocess)"; exit 2 ;;

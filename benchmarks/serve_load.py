@@ -138,11 +138,11 @@ def http_get(port: int, path: str) -> tuple[int, str]:
 class ServerProcess:
     """`wamkit serve EXPORT` in its own process session; its log goes to `log_path`."""
 
-    def __init__(self, export: Path, device: str, num_steps: int, max_batch: int, log_path: Path):
+    def __init__(self, export: Path, device: str, num_steps: int, max_batch: int, log_path: Path, fp8: bool = False):
         self.port = free_port()
         self.log_path = log_path
         cmd = [sys.executable, "-m", "wamkit.cli", "serve", str(export), "--port", str(self.port), "--device", device,
-               "--num-steps", str(num_steps), "--max-batch", str(max_batch), "--warmup"]
+               "--num-steps", str(num_steps), "--max-batch", str(max_batch), "--warmup", *(["--fp8"] if fp8 else [])]
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
         log(f"server: {' '.join(cmd[1:])}")

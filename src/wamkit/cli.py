@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: refuse them, naming both sizes: a silent resize hides a mis-set camera)")
     serve.add_argument("--stats-every", type=float, default=60.0, metavar="SECONDS",
                        help="log request counts and latency percentiles this often (0: never)")
+    serve.add_argument("--fp8", action="store_true",
+                       help="multiply the generation pathway in FP8 (e4m3 weights, row-wise scales; GPUs of compute "
+                       "capability 8.9+): faster chunks, actions within FP8's rounding of bf16's (docs/serving.md)")
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
@@ -362,7 +365,7 @@ def _dispatch(args) -> int:
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
                           warmup_size=parse_size(args.warmup_size) if args.warmup_size else None,
-                          resize_images=args.resize_images, stats_every_s=args.stats_every)
+                          resize_images=args.resize_images, stats_every_s=args.stats_every, fp8=args.fp8)
     raise AssertionError(args)
 
 

@@ -72,3 +72,14 @@ def test_serve_export_measures_the_export_in_its_own_process(tmp_path):
     again = _run("--export", str(export), "--log-dir", str(tmp_path), "--parts", "")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert f"export reused {export}" in again.stdout
+
+
+def test_serve_export_with_fp8_serves_through_fp8_matmuls(tmp_path):
+    """--fp8 starts `wamkit serve --fp8`: the served process reports its quantized layers (tiny: 2 layers x
+    7 generation-pathway projections), the chunks come back, and the RESULTS line says fp8."""
+    proc = _run("--export", str(tmp_path / "export"), "--log-dir", str(tmp_path), "--parts", "latency", "--clients", "1",
+                "--fp8")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    assert "with FP8 matmuls in 14 generation-pathway linear layers" in out and "FP8 matmuls in the generation pathway" in out
+    assert any(line.startswith("serve_p50_ms_fp8=") for line in out.splitlines())

@@ -61,6 +61,18 @@ class Policy(ContractModel):
         if device.type == "cuda" if compile_pointwise is None else compile_pointwise:
             compile_pointwise_ops(self.model, self.processor)
 
+    def use_fp8_matmuls(self) -> int:
+        """Multiply the generation pathway in FP8 from now on (wamkit.model.fp8; `wamkit serve --fp8`):
+        its linear layers get e4m3 weights in place, and graphs captured before are dropped. Returns
+        the number of layers quantized."""
+        from wamkit.model.fp8 import check_fp8_device, quantize_generation_linears
+
+        check_fp8_device(self.device)
+        self.fp8_linears = quantize_generation_linears(self.model)
+        if self.graphs is not None:
+            self.graphs.cache.clear()
+        return self.fp8_linears
+
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_checkpoint(cls, path_or_run_dir: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",

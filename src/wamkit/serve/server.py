@@ -418,10 +418,12 @@ class PolicyServer:
 def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
                batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                device: str = "cpu", warmup: bool | None = None, warmup_size: tuple[int, int] | None = None,
-               resize_images: bool = False, stats_every_s: float = 60.0) -> int:
+               resize_images: bool = False, stats_every_s: float = 60.0, fp8: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection / health check
     policy = load_policy(path, device=device, num_steps=num_steps)
+    if fp8:
+        log.info("wamkit serve: FP8 matmuls in %d generation-pathway linear layers", policy.use_fp8_matmuls())
     server = PolicyServer(policy, ServeConfig(host=host, port=port, batch_window_ms=batch_window_ms, max_batch=max_batch,
                                               max_request_bytes=max_request_bytes, num_steps=num_steps, seed=seed,
                                               warmup=warmup, warmup_size=warmup_size, resize_images=resize_images,
@@ -435,7 +437,8 @@ def server_stats(server: PolicyServer) -> dict:
     dtype, and this process's memory: the CUDA allocator's bytes on the model's GPU and host RSS.
     benchmarks/serve_export.py reads it each minute of a soak to judge memory flatness."""
     param = next(server.policy.model.parameters())
-    stats: dict = {**server.stats, "ready": server.warmed_up.is_set(), "dtype": str(param.dtype).removeprefix("torch.")}
+    stats: dict = {**server.stats, "ready": server.warmed_up.is_set(), "dtype": str(param.dtype).removeprefix("torch."),
+                   "fp8_linears": getattr(server.policy, "fp8_linears", 0)}
     if param.is_cuda:
         stats.update(cuda_allocated_bytes=torch.cuda.memory_allocated(param.device),
                      cuda_reserved_bytes=torch.cuda.memory_reserved(param.device),

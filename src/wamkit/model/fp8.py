@@ -1,0 +1,104 @@
+"""FP8 matmuls for serving: the generation pathway's linear layers with float8 (e4m3) weights.
+
+A served chunk is four generation passes over a few hundred tokens; at Nano width their bf16 matmuls
+are ~73% of the GPU time (benchmarks/RESULTS.md, issue 30). Hopper-class GPUs multiply e4m3 at twice
+the bf16 rate. Each weight row (output channel) is scaled once into e4m3's range. Each activation row
+(token) is scaled at every call, and `torch._scaled_mm` multiplies and rescales to the compute dtype.
+Row-wise scales keep one outlier channel or token from flattening the rest.
+
+The text pathway runs once per chunk (its K/V are cached) and stays in bf16, as do the embeddings
+and heads. Training never sees FP8: this is an inference-time rewrite of a trained policy.
+torchao's float8 inference does the same on CUDA only, and refuses the CPU, where the tests run. The
+CPU has `torch._scaled_mm` too."""
+
+from __future__ import annotations
+
+import torch
+
+from wamkit.errors import WamkitError
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = float(torch.finfo(E4M3).max)
+# The generation pathway's projections in each decoder layer of Cosmos3OmniTransformer (attention
+# for the vision/action tokens, and their MLP).
+GENERATION_LINEARS = ("self_attn.add_q_proj", "self_attn.add_k_proj", "self_attn.add_v_proj", "self_attn.to_add_out",
+                      "mlp_moe_gen.gate_proj", "mlp_moe_gen.up_proj", "mlp_moe_gen.down_proj")
+MULTIPLE = 16  # _scaled_mm's alignment of both matrix dimensions on CUDA
+
+
+def _row_scales(x: torch.Tensor) -> torch.Tensor:
+    """fp32 [rows, 1]: each row's largest magnitude maps to e4m3's largest finite value."""
+    return x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / E4M3_MAX
+
+
+class _Float8Matmul(torch.autograd.Function):
+    """rows @ W^T + bias through `torch._scaled_mm`, which has no derivative. The gradient with
+    respect to the rows is the one of the dequantized weight, with the activations' rounding taken
+    as the identity. Real-time chunking steers the denoiser through that vector-Jacobian product.
+    Nothing trains through FP8, so the weights get no gradient."""
+
+    @staticmethod
+    def forward(ctx, rows, weight_fp8, weight_scale, bias):
+        ctx.save_for_backward(weight_fp8, weight_scale)
+        scale = _row_scales(rows)
+        quantized = (rows.float() / scale).to(E4M3)
+        return torch._scaled_mm(quantized, weight_fp8.t(), scale_a=scale, scale_b=weight_scale, bias=bias, out_dtype=rows.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight_fp8, weight_scale = ctx.saved_tensors
+        weight = weight_fp8.to(grad.dtype) * weight_scale.t().to(grad.dtype)  # [out, in], dequantized
+        return grad @ weight, None, None, None
+
+
+class Float8Linear(torch.nn.Module):
+    """nn.Linear's forward with an e4m3 weight and per-output-channel scales, and activations
+    quantized per token at each call. It keeps no copy of the original weight."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        weight = linear.weight.detach()
+        scale = _row_scales(weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_fp8", (weight.float() / scale).to(E4M3))  # [out, in], row-major
+        self.register_buffer("weight_scale", scale.t().contiguous())  # [1, out]
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if rows.shape[0] == 0:
+            return x.new_empty(*x.shape[:-1], self.out_features)
+        out = _Float8Matmul.apply(rows, self.weight_fp8, self.weight_scale, self.bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 weights, row-wise scales"
+
+
+def check_fp8_device(device: torch.device) -> None:
+    """FP8 matmuls need compute capability 8.9 or newer (Ada, Hopper) on CUDA; the CPU runs them
+    too, slowly (tests, development)."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+        raise WamkitError("--fp8", f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 matmuls",
+                          "serve without --fp8, or on a GPU of compute capability 8.9 or newer (L4, L40, H100, H200)")
+
+
+def quantize_generation_linears(model: torch.nn.Module) -> int:
+    """Replace every decoder layer's generation-pathway nn.Linear (GENERATION_LINEARS) whose sizes
+    are multiples of 16 with a Float8Linear, in place; returns how many. Layers already replaced, or
+    wrapped by LoRA (serve a merged export), are left alone; none replaced is an error."""
+    replaced = 0
+    for layer in model.layers:
+        for name in GENERATION_LINEARS:
+            parent_name, _, child = name.rpartition(".")
+            parent = layer.get_submodule(parent_name)
+            module = getattr(parent, child, None)
+            if type(module) is not torch.nn.Linear or module.in_features % MULTIPLE or module.out_features % MULTIPLE:
+                continue
+            setattr(parent, child, Float8Linear(module))
+            replaced += 1
+    if not replaced:
+        raise WamkitError("--fp8", "the model has no plain generation-pathway linear layer to quantize",
+                          "serve an export (`wamkit export RUN OUT`: LoRA merged) or drop --fp8")
+    return replaced
