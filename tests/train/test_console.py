@@ -22,6 +22,12 @@ def test_val_loss_is_printed_and_dcp_stays_quiet(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "[wamkit] step 2: val_loss " in out
+    # what the wait for the first step was made of, milestone by milestone
+    startup = next(line for line in out.splitlines() if line.startswith("[wamkit] startup: "))
+    spans = [part.rsplit(" ", 2) for part in startup.removeprefix("[wamkit] startup: ").split(", ")]
+    assert [name for name, _, _ in spans] == ["imports and process setup", "distributed init", "data", "tokenizers", "model",
+                                              "optimizer/EMA/resume/loader", "first step"]
+    assert all(unit == "s" and float(seconds) >= 0 for _, seconds, unit in spans)
     assert not [w for w in caught if "torch.distributed is disabled" in str(w.message)]
 
 

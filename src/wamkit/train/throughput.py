@@ -51,3 +51,19 @@ def seconds_since_launch() -> float:
         return uptime - start
     except (OSError, ValueError, IndexError):
         return float("nan")
+
+
+class StartupTimeline:
+    """Seconds since launch at each setup milestone: what the wait for a first step is made of (a
+    cold machine's launch -> first step is a number we own, issue 24)."""
+
+    def __init__(self, first: str = "imports and process setup"):
+        self.marks: list[tuple[str, float]] = [("launch", 0.0)]
+        self.mark(first)
+
+    def mark(self, name: str) -> None:
+        self.marks.append((name, seconds_since_launch()))
+
+    def line(self) -> str:
+        spans = [f"{name} {end - start:.1f} s" for (_, start), (name, end) in zip(self.marks, self.marks[1:])]
+        return "startup: " + ", ".join(spans)

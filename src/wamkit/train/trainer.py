@@ -37,7 +37,7 @@ from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, b
                                 load_base_weights, materialize_run_model)
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
-from wamkit.train.throughput import Throughput, seconds_since_launch
+from wamkit.train.throughput import StartupTimeline, Throughput, seconds_since_launch
 from wamkit.train.tracking import check_wandb, start_wandb
 
 
@@ -70,6 +70,7 @@ class Trainer:
 
     def __init__(self, cfg, device: str = "auto"):
         self.cfg = cfg
+        self.timeline = StartupTimeline()
         self.ctx = init_distributed(device)
         if self.ctx.is_main:
             check_wandb(cfg)  # a missing package or login fails now, not after the model is built
@@ -79,8 +80,11 @@ class Trainer:
         self.checkpoints_dir = self.run_dir / "checkpoints"
         torch.manual_seed(cfg.job.seed)
         t0 = time.perf_counter()
+        self.timeline.mark("distributed init")
         self.data = build_run_data(cfg)
+        self.timeline.mark("data")
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
+        self.timeline.mark("tokenizers")
         if cfg.model.compile_vae and not cfg.data.latent_cache and self.device.type == "cuda" and hasattr(self.video_tokenizer, "compile_encoder"):
             self.video_tokenizer.compile_encoder()
         # On a GPU the transformer is built on the meta device and materialised shard by shard on the
@@ -105,6 +109,7 @@ class Trainer:
         self.base = base_identity(cfg, self.model, self.ctx) if self.trainable_only else None  # frozen: computed once
         check_placement(self.device, self.model, self.video_tokenizer)
         self.build_seconds = time.perf_counter() - t0
+        self.timeline.mark("model")
         backend = attention_backend(cfg.model.attention, self.device, cfg.parallel.param_dtype)
         backend = context_parallel_backend(cfg.model.attention, backend, dims.cp)
         self.objective = PolicyObjective(
@@ -351,16 +356,21 @@ class Trainer:
     def _train_loop(self, stream, bar, logger, throughput) -> None:
         """Step until max_iter: log, validate and save on their schedules."""
         cfg, main = self.cfg.trainer, self.ctx.is_main
+        self.timeline.mark("optimizer/EMA/resume/loader")
+        first = True
         while self.step < cfg.max_iter:
             t0 = time.perf_counter()
             record = self.train_step(stream)
             self.step += 1
             record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
-            if self.step == 1 and main:
+            if first and main:  # this process's first step (a resumed run's too: relaunch cost)
+                self.timeline.mark("first step")
                 print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
                       f"({record['step_s']:.1f} s in the step itself{self._compile_note()})", flush=True)
+                print(f"[wamkit] {self.timeline.line()}", flush=True)
                 if self.device.type == "cuda":
                     print(f"[wamkit] {self._memory_note()}", flush=True)
+            first = False
             saving = self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter
             if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
                 record = self._read_back(record)
