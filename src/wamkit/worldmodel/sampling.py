@@ -54,20 +54,18 @@ def _check(first_frames: torch.Tensor, actions: torch.Tensor, states, max_action
         raise ValueError(f"unknown solver {solver!r}: use one of {SOLVERS}")
 
 
-def _unipc_schedulers(n: int, sigmas: list[float]):
+def _unipc_scheduler(sigmas: list[float]):
+    """Diffusers' UniPC (order 2) on the given, already shifted, noise levels; one serves the whole batch."""
     try:
         from diffusers import UniPCMultistepScheduler
     except ImportError as exc:  # pragma: no cover - diffusers is a hard dependency
         raise NotImplementedError("solver='unipc' needs diffusers.UniPCMultistepScheduler (pip install diffusers)") from exc
-    schedulers = []
-    for _ in range(n):
-        s = UniPCMultistepScheduler(num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True,
-                                    flow_shift=1.0, solver_order=2, final_sigmas_type="zero")
-        # Already shifted (flow_shift=1 keeps them); a numpy array: diffusers 0.42 arithmetics fails on a
-        # plain list despite its `list[float]` hint. The scheduler appends the final 0.
-        s.set_timesteps(sigmas=np.asarray(sigmas[:-1], dtype=np.float64))
-        schedulers.append(s)
-    return schedulers
+    s = UniPCMultistepScheduler(num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True,
+                                flow_shift=1.0, solver_order=2, final_sigmas_type="zero")
+    # Already shifted (flow_shift=1 keeps them); a numpy array: diffusers 0.42 arithmetics fails on a
+    # plain list despite its `list[float]` hint. The scheduler appends the final 0.
+    s.set_timesteps(sigmas=np.asarray(sigmas[:-1], dtype=np.float64))
+    return s
 
 
 @torch.no_grad()
@@ -121,30 +119,33 @@ def sample_video(
 
     texts = [text_tokenizer.encode(p) for p in prompts]
     uncond_text = text_tokenizer.encode(uncond_prompt)
-    schedulers = _unipc_schedulers(b, sigmas) if solver == "unipc" else None
-    step_sigmas = [float(s) for s in schedulers[0].sigmas] if schedulers else sigmas
+    scheduler = _unipc_scheduler(sigmas) if solver == "unipc" else None
+    step_sigmas = [float(s) for s in scheduler.sigmas] if scheduler is not None else sigmas
 
     seqs = [_sequence(texts[i], videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
     uncond = [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
     plain = DenoisingForward(model, processor, seqs, cache_text)
     guided = DenoisingForward(model, processor, seqs + uncond, cache_text) if float(guidance) != 1.0 else None
+    # One tensor for the whole batch (every sample has one shape), and one solver over it: UniPC's
+    # update is elementwise with the same sigmas for every sample, so a step costs the same few kernels
+    # for 1 clip or 16, where a per-sample loop launched them once per clip.
+    videos_t, x0_t = torch.stack(videos), torch.stack(x0_frames)
     for k, (sigma, sigma_next) in enumerate(zip(step_sigmas[:-1], step_sigmas[1:])):
         use_cfg = guided is not None and lo <= sigma <= hi
         with guided if use_cfg else plain as forward:  # the two layouts take turns on the text K/V cache
-            out = forward(videos * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
-        for i in range(b):
-            v = as_velocity(out.sample[i][0].float(), videos[i], sigma, video_prediction)
-            if use_cfg:
-                v_u = as_velocity(out.sample[b + i][0].float(), videos[i], sigma, video_prediction)
-                v = v_u + guidance * (v - v_u)
-            if schedulers is None:
-                videos[i] = videos[i] + (sigma_next - sigma) * v
-            else:
-                sched = schedulers[i]
-                videos[i] = sched.step(v, sched.timesteps[k], videos[i], return_dict=False)[0].float()
-            videos[i][:, 0] = x0_frames[i]  # frame 0 is conditioning: elementwise solvers never mix frames
+            out = forward(list(videos_t.unbind(0)) * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
+        sample = torch.stack([o[0] for o in out.sample]).float()
+        v = as_velocity(sample[:b], videos_t, sigma, video_prediction)
+        if use_cfg:
+            v_u = as_velocity(sample[b:], videos_t, sigma, video_prediction)
+            v = v_u + guidance * (v - v_u)
+        if scheduler is None:
+            videos_t = videos_t + (sigma_next - sigma) * v
+        else:
+            videos_t = scheduler.step(v, scheduler.timesteps[k], videos_t, return_dict=False)[0].float()
+        videos_t[:, :, 0] = x0_t  # frame 0 is conditioning: elementwise solvers never mix frames
 
-    latents = torch.stack(videos)
+    latents = videos_t
     if video_residual:
         latents = from_video_residual(latents)
     decoded = video_tokenizer.decode(latents)
