@@ -53,11 +53,19 @@ def test_only_the_generation_pathway_is_quantized():
         quantize_generation_linears(model)  # twice: nothing left to replace
 
 
-def test_a_policy_with_fp8_matmuls_predicts_close_to_itself(tmp_path):
-    run_dir = train_tiny_run(tmp_path)
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return train_tiny_run(tmp_path_factory.mktemp("fp8"))
+
+
+def _observations(n):
     rng = np.random.default_rng(0)
-    obs = [{"image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "state": rng.uniform(0.2, 0.8, 4),
-            "prompt": "move to the green target"} for _ in range(2)]
+    return [{"image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "state": rng.uniform(0.2, 0.8, 4),
+             "prompt": "move to the green target"} for _ in range(n)]
+
+
+def test_a_policy_with_fp8_matmuls_predicts_close_to_itself(run_dir):
+    obs = _observations(2)
     plain = Policy.from_checkpoint(run_dir, num_steps=4)
     fast = Policy.from_checkpoint(run_dir, num_steps=4)
     assert fast.use_fp8_matmuls() == len(fast.model.layers) * len(GENERATION_LINEARS) == fast.fp8_linears
@@ -65,3 +73,17 @@ def test_a_policy_with_fp8_matmuls_predicts_close_to_itself(tmp_path):
     b = fast.predict_normalized(obs, seed=5)
     assert torch.isfinite(b).all() and not torch.equal(a, b)  # FP8 did run
     assert _relative(b, a) < 0.1, _relative(b, a)
+
+
+def test_fp8_layers_compile_as_serving_compiles_them(run_dir):
+    """On CUDA a Policy compiles its MLPs (compile_pointwise), the generation MLP's FP8 layers
+    included: they must trace through dynamo and inductor and give the eager result."""
+    from wamkit.model.cuda_graphs import compile_pointwise
+
+    obs = _observations(1)
+    eager = Policy.from_checkpoint(run_dir, num_steps=2)
+    eager.use_fp8_matmuls()
+    compiled = Policy.from_checkpoint(run_dir, num_steps=2)
+    assert compile_pointwise(compiled.model, compiled.processor) > 0
+    compiled.use_fp8_matmuls()
+    torch.testing.assert_close(compiled.predict_normalized(obs, seed=1), eager.predict_normalized(obs, seed=1), rtol=1e-4, atol=1e-4)
