@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import json
 import os
 import sys
@@ -46,7 +47,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)".strip()
 
 
+# Loggers of optional packages that talk at import time about nothing a wamkit user can act on:
+# torchao (optimizer.kind = "adamw8bit") loading C++ kernels built for another torch, diffusers
+# registering torchao's quantized tensor types, and torch's notice about torchao's enum registration.
+QUIET_IMPORT_LOGGERS = ("torchao", "diffusers.quantizers.torchao.torchao_quantizer", "torch.utils._pytree")
+
+
 def main(argv: list[str] | None = None) -> int:
+    for name in QUIET_IMPORT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
     try:
         return _dispatch(args)

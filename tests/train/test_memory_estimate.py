@@ -45,6 +45,19 @@ def test_advice_names_the_gpu_count_and_the_knobs_that_fit():
     assert '--set parallel.activation_checkpointing="full": 155.0 GiB (does not fit)' in report
 
 
+def test_an_8bit_optimizer_is_counted_and_offered():
+    """optimizer.kind = "adamw8bit": two uint8 moments and a scale per 256 values instead of two fp32
+    moments; the gate offers it to a full fine-tune that does not fit, with its estimate."""
+    eight_bit = memory.OPTIMIZER_STATE_BYTES["adamw8bit"]
+    est = memory.estimate(NANO_FULL, _knobs(optimizer_bytes=eight_bit), 637)
+    assert est["AdamW moments"] == pytest.approx(2.03125 * NANO_FULL.trainable)
+    assert est["total"] == pytest.approx(memory.estimate(NANO_FULL, _knobs(), 637)["total"] - (8 - eight_bit) * NANO_FULL.trainable)
+    report = memory.fit_report(NANO_FULL, None, _knobs(checkpointing="full", ema=False), 637, 650_000_000, capacity=129 * GIB)
+    assert '--set optimizer.kind="adamw8bit":' in report
+    already = memory.fit_report(NANO_FULL, None, _knobs(optimizer_bytes=eight_bit), 637, 650_000_000, capacity=129 * GIB)
+    assert "optimizer.kind" not in already
+
+
 def test_auto_checkpointing_takes_the_least_recomputation_that_fits_with_room_for_the_estimates_error():
     lora = memory.ModelCounts(total=15_181_131_072, trainable=18_000_000, layers=36, hidden=4096,
                               layer_trainable=500_000, layer_frozen=420_000_000, lora=True)

@@ -48,3 +48,28 @@ def test_resuming_a_run_name_with_another_recipe_is_refused(demo_root, tmp_path)
     assert "optimizer.lr" in changed.stderr and "job.name" in changed.stderr
     longer = run_cli(args + ["--set", "trainer.max_iter=5"])  # extending a run is allowed
     assert "at step 3" in longer.stdout
+
+
+def test_an_8bit_adamw_run_resumes_exactly(demo_root, tmp_path):
+    """optimizer.kind = "adamw8bit" (torchao's block-wise 8-bit moments) saves its state through DCP
+    and a resumed run continues bit for bit; its moments really are 8-bit."""
+    n, kind = 3, ["--set", 'optimizer.kind="adamw8bit"']
+    run_cli(["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "straight8", 2 * n, n), *kind])
+    args = ["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "killed8", 2 * n, n), *kind]
+    assert run_cli(args, env={KILL_AFTER_SAVE: str(n)}, check=False).returncode == -signal.SIGKILL
+    assert "at step 3" in run_cli(args).stdout
+    assert _losses(tmp_path / "straight8") == _losses(tmp_path / "killed8")
+
+
+def test_adamw8bit_keeps_8bit_moments_for_large_matrices():
+    import torch
+
+    from wamkit.config.schema import OptimizerConfig
+    from wamkit.train.optim import build_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.LayerNorm(64))
+    opt = build_optimizer(model, OptimizerConfig(kind="adamw8bit"))
+    model(torch.randn(4, 128)).sum().backward()
+    opt.step()
+    state = opt.state[model[0].weight]
+    assert type(state["exp_avg"]).__name__ == "OptimState8bit" and state["exp_avg"].codes.dtype == torch.uint8

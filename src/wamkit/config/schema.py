@@ -19,6 +19,7 @@ TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed` draws from
 NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
+OPTIMIZER_KINDS = ("adamw", "adamw8bit")
 TOKENIZER_KINDS = ("pixel", "wan2.2")
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
@@ -180,6 +181,9 @@ class DiffusionConfig:
 
 @dataclass
 class OptimizerConfig:
+    # adamw: torch's fused AdamW, fp32 moments (8 bytes per trainable parameter); adamw8bit: torchao's
+    # AdamW8bit, block-wise 8-bit moments (~2 bytes), what lets a full fine-tune's state fit one GPU
+    kind: str = "adamw"
     lr: float = 2e-4
     action_head_lr_multiplier: float = 5.0
     weight_decay: float = 0.1
@@ -328,6 +332,7 @@ class ExperimentConfig:
         if self.data.state_normalization:
             _choice("data.state_normalization", self.data.state_normalization, NORMALIZATION_MODES)
         _choice("scheduler.kind", self.scheduler.kind, SCHEDULER_KINDS)
+        _choice("optimizer.kind", self.optimizer.kind, OPTIMIZER_KINDS)
         _choice("parallel.activation_checkpointing", self.parallel.activation_checkpointing, ("none", "selective", "full", "auto"))
         _choice("parallel.param_dtype", self.parallel.param_dtype, ("float32", "bfloat16"))
         _choice("parallel.reduce_dtype", self.parallel.reduce_dtype, ("float32", "bfloat16"))

@@ -34,6 +34,9 @@ ACTIVATION_BYTES = {
     ("none", "full"): 31.6, ("selective", "full"): 17.1, ("full", "full"): 4.0,
     ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
 }
+# Optimizer state per trainable parameter, by optimizer.kind: AdamW's two fp32 moments, or torchao's
+# AdamW8bit's two uint8 moments with one fp32 scale per block of 256 values each.
+OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0 + 2 * 4 / 256}
 GATE_MARGIN = 0.08  # of the device's memory kept free for the CUDA context, NCCL buffers and fragmentation
 # `parallel.activation_checkpointing = "auto"` takes the first of these that fits: the least recomputation.
 CHECKPOINTING_BY_SPEED = ("none", "selective", "full")
@@ -83,6 +86,7 @@ class Knobs:
     ema: bool
     samples_per_step: int
     grad_accum: int
+    optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
 
     @classmethod
     def from_config(cls, cfg, world: int) -> "Knobs":
@@ -91,7 +95,8 @@ class Knobs:
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
-                   p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter)
+                   p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
+                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind])
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -112,7 +117,7 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
         "trainable weights (fp32)": 4 * t / shard,
         "frozen weights": b * counts.frozen / (1 if whole else shard),
         "gradients (fp32)": 4 * t / shard,
-        "AdamW moments": 8 * t / shard,
+        "AdamW moments": knobs.optimizer_bytes * t / shard,
         "EMA": 4 * t / shard if knobs.ema else 0.0,
         "gathered layers": 2 * b * gathered_per_layer,
         "layer gradients": (b + 4) * counts.layer_trainable,
@@ -141,7 +146,7 @@ def distill_estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, 
         est["frozen teacher"] = model
     else:
         est["frozen reference"] = model
-        est["critic (weights, gradients, AdamW)"] = model + 12 * counts.trainable / shard
+        est["critic (weights, gradients, AdamW)"] = model + (4 + knobs.optimizer_bytes) * counts.trainable / shard
         est["activations"] *= max(int(chunks), 1)
     est["total"] = sum(est.values())
     return est
@@ -252,6 +257,8 @@ def advice(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, t
         micro = smaller_micro_batch(k, c)
         if micro:
             yield (*micro, c)
+        if k.optimizer_bytes > OPTIMIZER_STATE_BYTES["adamw8bit"]:
+            yield 'optimizer.kind="adamw8bit"', replace(k, optimizer_bytes=OPTIMIZER_STATE_BYTES["adamw8bit"]), c
         if c_lora is not None and not c.lora:
             yield "lora.enabled=true", k, c_lora
         if k.ema:

@@ -430,7 +430,7 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.model, self.step)
             timer.mark("ema")
-        record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": self.optimizer.param_groups[0]["lr"], "data_wait_s": data_wait}
+        record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": float(self.optimizer.param_groups[0]["lr"]), "data_wait_s": data_wait}
         timer.mark("other")
         return {**record, "flops": flops, "tokens": tokens, "encode_flops": encode, **{f"time_{k}_s": v for k, v in timer.read().items()}}
 
