@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "src"))
 RECIPES = {
     "g1_simple": ("g1_simple", ("SIMPLE_ROOT",), (480, 640), ()),
     "g1_simple_1gpu": ("g1_simple", ("SIMPLE_ROOT",), (480, 640), ("trainer.grad_accum_iter=1",)),
+    "g1_simple_1gpu_full": ("g1_simple", ("SIMPLE_ROOT",), (480, 640), ("trainer.grad_accum_iter=1",)),  # GPU only (torchao)
     "droid": ("droid", ("DATASET_PATH",), (360, 640), ("trainer.grad_accum_iter=1",)),
     "droid_1gpu": ("droid", ("DATASET_PATH",), (360, 640), ("trainer.grad_accum_iter=1",)),
     "so101_fd_chunk16": ("so101", ("DATASET_PATH",), (480, 640), ("trainer.grad_accum_iter=1",)),

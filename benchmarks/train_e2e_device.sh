@@ -6,10 +6,13 @@
 #   PHASE=auto   bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 with activation checkpointing "auto", online, cache, relaunch
 #   PHASE=encode bash benchmarks/train_e2e_device.sh   # nvidia-h200: the VAE encode per clip (SO-101, G1 canvases), then so101
 #                                                       # online on a cold machine (the first step's compile split is in its log)
+#   PHASE=fullft bash benchmarks/train_e2e_device.sh   # nvidia-h200, carry [".whl", ".whl_lowbit"]: g1_simple_1gpu_full (8-bit AdamW)
 #   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
 #   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
 # Logs and tables land in $OUT.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# .whl_lowbit (optional, carry it too): torchao for optimizer.kind = "adamw8bit" (recipes/g1_simple_1gpu_full.toml)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  $(ls .whl_lowbit/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $OUT/machine.txt
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a $OUT/machine.txt
@@ -39,6 +42,9 @@ case "${PHASE:-1gpu-a}" in
           export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_vae_bench TRITON_CACHE_DIR=/tmp/triton_vae_bench
           python3 benchmarks/vae_encode.py --sizes 544x736 --frames 17 --batch 6 --repeats 3 2>&1 | tee $OUT/vae_encode_so101.txt
           python3 benchmarks/vae_encode.py --sizes 256x320 --frames 33 --batch 8 --repeats 3 2>&1 | tee $OUT/vae_encode_g1.txt ;;
+  fullft) # the G1 full fine-tune on one H200 with the 8-bit AdamW (carry [".whl", ".whl_lowbit"]), online then from the cache
+          python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full 2>&1 | tee $OUT/e2e_fullft_online.txt
+          python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full --latent-cache 2>&1 | tee $OUT/e2e_fullft_cache.txt ;;
   2gpu) python3 $E2E --gpus 2 --recipes ${RECIPES:-g1_simple droid} 2>&1 | tee $OUT/e2e_2gpu.txt ;;
   harness) python3 benchmarks/train_throughput.py --layers 36 --no-baseline --packed g1=16,droid=16 --steps 5 --warmup 2 2>&1 | tee $OUT/harness.txt ;;
 esac
