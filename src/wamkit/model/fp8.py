@@ -42,7 +42,10 @@ class _Float8Matmul(torch.autograd.Function):
         ctx.save_for_backward(weight_fp8, weight_scale)
         scale = _row_scales(rows)
         quantized = (rows.float() / scale).to(E4M3)
-        return torch._scaled_mm(quantized, weight_fp8.t(), scale_a=scale, scale_b=weight_scale, bias=bias, out_dtype=rows.dtype)
+        out_dtype = torch.bfloat16 if rows.is_cuda else rows.dtype  # CUDA's row-wise kernels write bf16 only
+        out = torch._scaled_mm(quantized, weight_fp8.t(), scale_a=scale, scale_b=weight_scale,
+                               bias=None if bias is None else bias.to(out_dtype), out_dtype=out_dtype)
+        return out.to(rows.dtype)
 
     @staticmethod
     def backward(ctx, grad):
