@@ -69,7 +69,22 @@ def host_line(device: str, kind: str) -> str:
 
 # ---- the in-process harness row -----------------------------------------------------------------
 
-def inprocess_rows(args, model, vae, left) -> list[dict]:
+def fp8_against_bf16(policy, size: int) -> str:
+    """Quantize the policy (Policy.use_fp8_matmuls) between two predictions of the same observation
+    and seed: how far FP8 moves a chunk, in the units the policy samples (normalized actions)."""
+    from serve_latency import observation
+
+    rng = np.random.default_rng(0)
+    o = observation({"camera_keys": policy.camera_keys, "state_dim": policy.state_dim}, rng, size)
+    obs = [{"image": np.stack(list(o["images"].values())), "state": o["state"], "prompt": o["prompt"]}]
+    plain = policy.predict_normalized(obs, seed=1)
+    layers = policy.use_fp8_matmuls()
+    fp8 = policy.predict_normalized(obs, seed=1)
+    rel = float((fp8 - plain).float().norm() / plain.float().norm())
+    return f"FP8 ({layers} layers) against bf16, one chunk, same seed: relative difference {rel:.4f} (normalized actions)"
+
+
+def inprocess_rows(args, model, vae, left, notes: list) -> list[dict]:
     """benchmarks/serve_latency.py's path: PolicyServer in this process, its client, same levels."""
     import torch
 
@@ -82,8 +97,10 @@ def inprocess_rows(args, model, vae, left) -> list[dict]:
         vae = AutoencoderKLWan.from_pretrained(str(args.export.parent / f"{args.export.name}_vae"))
     vae = vae.to(args.device, torch.bfloat16)
     policy = random_weight_policy(args.preset, args.device, args.num_steps, args.text_tokens, True, True, True, model=model, vae=vae)
-    if args.fp8:
-        policy.use_fp8_matmuls()  # the server process's --fp8, here too (it quantizes this process's copy in place)
+    if args.fp8:  # the server process's --fp8, here too, after one chunk in bf16 to compare against
+        rep_note = fp8_against_bf16(policy, args.image_size)
+        log(rep_note)
+        notes.append(rep_note)
     server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps, batch_window_ms=5.0,
                           max_batch=max(args.clients)).start_in_thread()
     rows = []
@@ -224,7 +241,7 @@ def run_parts(args, rep: Report) -> None:
             if left() < 90:
                 rep.notes.append("skipped the in-process row: budget")
             else:
-                rep.rows += inprocess_rows(args, model, vae, left)
+                rep.rows += inprocess_rows(args, model, vae, left, rep.notes)
         model = vae = None
         if "soak" in args.parts:
             minutes = args.soak_minutes or 1

@@ -77,9 +77,11 @@ def test_serve_export_measures_the_export_in_its_own_process(tmp_path):
 def test_serve_export_with_fp8_serves_through_fp8_matmuls(tmp_path):
     """--fp8 starts `wamkit serve --fp8`: the served process reports its quantized layers (tiny: 2 layers x
     7 generation-pathway projections), the chunks come back, and the RESULTS line says fp8."""
-    proc = _run("--export", str(tmp_path / "export"), "--log-dir", str(tmp_path), "--parts", "latency", "--clients", "1",
+    proc = _run("--export", str(tmp_path / "export"), "--log-dir", str(tmp_path), "--parts", "latency,inprocess", "--clients", "1",
                 "--fp8")
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "with FP8 matmuls in 14 generation-pathway linear layers" in out and "FP8 matmuls in the generation pathway" in out
     assert any(line.startswith("serve_p50_ms_fp8=") for line in out.splitlines())
+    diff = next(line for line in out.splitlines() if "against bf16, one chunk" in line)
+    assert 0 < float(diff.split("relative difference ")[1].split()[0]) < 0.2  # FP8 ran, and close
