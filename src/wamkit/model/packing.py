@@ -170,7 +170,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         vision_sequence_indexes=torch.cat(vision_seq).to(device),
         vision_mse_loss_indexes=torch.tensor(vision_loss, **long),
         vision_timesteps=torch.tensor(vision_t, dtype=torch.float32, device=device),
-        vision_noisy_frame_indexes=[v.to(device) for v in vision_noisy],
+        vision_noisy_frame_indexes=_on_device(vision_noisy, device),
     )
     if has_actions:
         kwargs.update(
@@ -179,8 +179,8 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
             action_sequence_indexes=torch.cat(action_seq).to(device),
             action_mse_loss_indexes=torch.tensor(action_loss, **long),
             action_timesteps=torch.tensor(action_t, dtype=torch.float32, device=device),
-            action_noisy_frame_indexes=[a.to(device) for a in action_noisy],
-            action_domain_ids=[d.to(device) for d in domains],
+            action_noisy_frame_indexes=_on_device(action_noisy, device),
+            action_domain_ids=_on_device([d.reshape(1) for d in domains], device, shape=()),
         )
     return PackedBatch(
         forward_kwargs=kwargs,
@@ -192,6 +192,15 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         gen_chunk_ids=torch.cat(chunk_ids).to(device) if any(s.causal_chunk_frames > 0 for s in samples) else None,
         layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
     )
+
+
+def _on_device(tensors: list[torch.Tensor], device, shape: tuple | None = None) -> list[torch.Tensor]:
+    """Small per-sample index tensors moved in one host-to-device copy and split there (views): one
+    copy per step instead of one per sample. `shape` reshapes each piece (() for scalars)."""
+    if not tensors:
+        return []
+    pieces = torch.cat(tensors).to(device).split([len(t) for t in tensors])
+    return [p.reshape(shape) for p in pieces] if shape is not None else list(pieces)
 
 
 def _layout_of(s: SequenceSample) -> tuple:
