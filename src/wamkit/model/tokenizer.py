@@ -115,9 +115,9 @@ class WanTokenizer:
 
     def compile_encoder(self, **compile_kwargs) -> None:
         """torch.compile the VAE encoder's chunks after the first frame: its normalisations and
-        activations at full resolution fuse, encoding a 33-frame 256x320 clip in 21.7 instead of
-        37.4 ms on an H200 when every chunk is compiled (benchmarks/vae_encode.py). Training does
-        this on GPUs (model.compile_vae).
+        activations at full resolution fuse: a 33-frame 256x320 clip encodes in 23.0 instead of 38.0
+        ms on an H200, a 17-frame 544x736 one in 60.6 instead of 95.2 ms (benchmarks/vae_encode.py,
+        benchmarks/RESULTS.md). Training does this on GPUs (model.compile_vae).
 
         The encoder runs a clip as a first frame, then chunks of four frames, each reading the
         causal cache the previous one left. The first frame (no cache) runs eagerly on its 2-D fast
