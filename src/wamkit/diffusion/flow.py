@@ -46,6 +46,17 @@ def as_velocity(prediction: torch.Tensor, x_s: torch.Tensor, sigma: float, kind:
     raise ValueError(f"unknown prediction {kind!r}: use one of {list(PREDICTIONS)}")
 
 
+def guided_velocity(outputs: torch.Tensor, x_s: torch.Tensor, sigma: float, kind: str, guidance: float | None) -> torch.Tensor:
+    """The velocities of a batch's network outputs ([n, ...] like `x_s`, or [2n, ...] with the
+    unconditional twins after the conditional samples); with `guidance`, mixed as v_u + g (v_c - v_u)."""
+    n = len(x_s)
+    v = as_velocity(outputs[:n], x_s, sigma, kind)
+    if guidance is None:
+        return v
+    v_uncond = as_velocity(outputs[n:], x_s, sigma, kind)
+    return v_uncond + guidance * (v - v_uncond)
+
+
 def x0_loss_weight(sigma: float, weighting: str = "velocity") -> float:
     """Weight of an x0 squared error at noise level s (`diffusion.x0_loss_weighting`): "velocity"
     turns it into the velocity squared error it implies, "uniform" keeps it as it is."""

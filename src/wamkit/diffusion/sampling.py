@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wamkit.diffusion.flow import as_velocity, shift_sigma
+from wamkit.diffusion.flow import guided_velocity, shift_sigma
 from wamkit.diffusion.rtc import InpaintTarget, guided_velocities
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
@@ -170,18 +170,11 @@ def sample_policy(
 def _velocities(out, videos: torch.Tensor, rows: torch.Tensor, sigma: float, cfg: float | None, video_prediction: str,
                 action_prediction: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's video and action velocities of one forward ([n, ...] like `videos` and `rows`);
-    with `cfg`, the conditional and unconditional halves of the pack mixed as v_u + cfg (v_c - v_u)."""
-    n = len(videos)
+    with `cfg`, the conditional and unconditional halves of the pack mixed (guided_velocity)."""
     sample = torch.stack([s[0] for s in out.sample]).float()
     action = torch.stack(list(out.action)).float()
-    v_video = as_velocity(sample[:n], videos, sigma, video_prediction)
-    v_action = as_velocity(action[:n], rows, sigma, action_prediction)
-    if cfg is not None:
-        v_uncond = as_velocity(sample[n:], videos, sigma, video_prediction)
-        v_video = v_uncond + cfg * (v_video - v_uncond)
-        a_uncond = as_velocity(action[n:], rows, sigma, action_prediction)
-        v_action = a_uncond + cfg * (v_action - a_uncond)
-    return v_video, v_action
+    return (guided_velocity(sample, videos, sigma, video_prediction, cfg),
+            guided_velocity(action, rows, sigma, action_prediction, cfg))
 
 
 def _sequence(text_ids, video, rows, clean_rows, sigma, obs: PolicyInput, fps: float, dtype) -> SequenceSample:

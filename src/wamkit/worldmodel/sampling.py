@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from wamkit.diffusion.flow import as_velocity, from_video_residual
+from wamkit.diffusion.flow import from_video_residual, guided_velocity
 from wamkit.diffusion.sampling import _generators, sigma_schedule
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
@@ -135,10 +135,7 @@ def sample_video(
         with guided if use_cfg else plain as forward:  # the two layouts take turns on the text K/V cache
             out = forward(list(videos_t.unbind(0)) * (2 if use_cfg else 1), rows * (2 if use_cfg else 1), sigma)
         sample = torch.stack([o[0] for o in out.sample]).float()
-        v = as_velocity(sample[:b], videos_t, sigma, video_prediction)
-        if use_cfg:
-            v_u = as_velocity(sample[b:], videos_t, sigma, video_prediction)
-            v = v_u + guidance * (v - v_u)
+        v = guided_velocity(sample, videos_t, sigma, video_prediction, guidance if use_cfg else None)
         if scheduler is None:
             videos_t = videos_t + (sigma_next - sigma) * v
         else:
