@@ -83,29 +83,43 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
 
 @dataclass
 class Timing:
-    """Where a batched evaluation's wall time went: the policy's batched predicts (GPU), the
-    simulator processes' resets and chunks, and the CUDA graphs the policy captured meanwhile (one per
-    new packed layout: many means the batches' layouts keep changing)."""
+    """Where a batched evaluation's wall time went: the policy's batched predicts (GPU) by batch size,
+    the simulator processes' resets and chunks, and the CUDA graphs the policy captured meanwhile (one
+    per new packed layout: many means the batches' layouts keep changing)."""
 
-    policy_s: float = 0.0
     env_s: float = 0.0
-    rounds: int = 0
-    observations: int = 0
     graph_captures: int = 0
     by_batch: dict = field(default_factory=dict)  # batch size -> [predicts, seconds]: latency- or compute-bound
 
+    def add_predict(self, batch: int, seconds: float) -> None:
+        entry = self.by_batch.setdefault(batch, [0, 0.0])
+        entry[0], entry[1] = entry[0] + 1, entry[1] + seconds
+
+    @property
+    def rounds(self) -> int:
+        return sum(n for n, _ in self.by_batch.values())
+
+    @property
+    def policy_s(self) -> float:
+        return sum(sec for _, sec in self.by_batch.values())
+
+    @property
+    def mean_batch(self) -> float:
+        return sum(b * n for b, (n, _) in self.by_batch.items()) / max(self.rounds, 1)
+
+    def ms_by_batch(self) -> dict[int, float]:
+        return {b: 1e3 * sec / n for b, (n, sec) in sorted(self.by_batch.items())}
+
     def to_json(self, seconds: float) -> dict:
         return {"policy_s": round(self.policy_s, 3), "env_s": round(self.env_s, 3), "other_s": round(seconds - self.policy_s - self.env_s, 3),
-                "rounds": self.rounds, "mean_batch": round(self.observations / max(self.rounds, 1), 2),
-                "graph_captures": self.graph_captures,
-                "ms_per_predict_by_batch": {str(b): round(1e3 * sec / n, 1) for b, (n, sec) in sorted(self.by_batch.items())}}
+                "rounds": self.rounds, "mean_batch": round(self.mean_batch, 2), "graph_captures": self.graph_captures,
+                "ms_per_predict_by_batch": {str(b): round(ms, 1) for b, ms in self.ms_by_batch().items()}}
 
     def line(self, seconds: float) -> str:
-        per_round = 1e3 * self.policy_s / max(self.rounds, 1)
-        return (f"{seconds:.1f} s: policy {self.policy_s:.1f} s over {self.rounds} batched predicts ({per_round:.0f} ms each, "
-                f"mean batch {self.observations / max(self.rounds, 1):.1f}, {self.graph_captures} CUDA graph captures), "
-                f"simulators {self.env_s:.1f} s; ms per predict by batch size: "
-                + ", ".join(f"{b}: {1e3 * sec / n:.0f}" for b, (n, sec) in sorted(self.by_batch.items())))
+        return (f"{seconds:.1f} s: policy {self.policy_s:.1f} s over {self.rounds} batched predicts "
+                f"({1e3 * self.policy_s / max(self.rounds, 1):.0f} ms each, mean batch {self.mean_batch:.1f}, "
+                f"{self.graph_captures} CUDA graph captures), simulators {self.env_s:.1f} s; ms per predict by batch size: "
+                + ", ".join(f"{b}: {ms:.0f}" for b, ms in self.ms_by_batch().items()))
 
 
 def _graph_captures(policy) -> int:
@@ -142,9 +156,5 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
                 if verbose:
                     print(f"[wamkit eval] {ep.spec.name} episode {ep.index}: {'success' if ep.success else 'failure'} "
                           f"in {ep.length} steps ({ep.replans} chunks)", flush=True)
-        timing.policy_s += t2 - t1
-        entry = timing.by_batch.setdefault(len(workers), [0, 0.0])
-        entry[0], entry[1] = entry[0] + 1, entry[1] + t2 - t1
+        timing.add_predict(len(workers), t2 - t1)
         timing.env_s += (t1 - t0) + (time.perf_counter() - t2)
-        timing.rounds += 1
-        timing.observations += len(workers)
