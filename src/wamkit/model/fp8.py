@@ -81,9 +81,11 @@ class Float8Linear(torch.nn.Module):
 def check_fp8_device(device: torch.device) -> None:
     """FP8 matmuls need compute capability 8.9 or newer (Ada, Hopper) on CUDA; the CPU runs them
     too, slowly (tests, development)."""
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
-        raise WamkitError("--fp8", f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 matmuls",
+    if device.type != "cuda":
+        return
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 9):
+        raise WamkitError("--fp8", f"{torch.cuda.get_device_name(device)} (compute capability {cap[0]}.{cap[1]}) has no FP8 matmuls",
                           "serve without --fp8, or on a GPU of compute capability 8.9 or newer (L4, L40, H100, H200)")
 
 
