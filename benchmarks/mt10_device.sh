@@ -158,13 +158,28 @@ phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing li
   record
   local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < 2 )) && iters=2
   stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box)"
-  train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}"
+  train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
   grep -h "samples/s\|first step\|memory:\|train rc" "$OUT"/train_policy.log | tail -5
+  $PY - "$RUNS/policy/metrics.jsonl" <<'PYEOF'  # where a training step's time goes (median over the logged steps)
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])][1:]  # the first logged step carries the compile
+if rows:
+    med = lambda k: statistics.median(r[k] for r in rows)
+    parts = " / ".join(f"{k[5:-2]} {med(k) * 1e3:.0f}" for k in rows[0] if k.startswith("time_"))
+    print(f"training step, median of {len(rows)} logged steps: {med('step_s') * 1e3:.0f} ms = {parts} ms; "
+          f"{med('samples_per_s'):.0f} samples/s, {med('tokens_per_s'):.0f} tokens/s")
+PYEOF
   stamp "closed loop: $EPISODES/task, $W workers"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
     --device "$DEVICE" --out "$EV/final" > "$OUT/eval_final.log" 2>&1 || tail -20 "$OUT/eval_final.log"
   grep -h "policy .* batched predicts\|average of" "$OUT/eval_final.log"
   cp "$EV"/final/results.json "$OUT/" 2>/dev/null
+  for b in ${PROFILE_BATCHES:-1 8 15}; do  # one predict taken apart: GPU busy share, top kernels, top host ops
+    stamp "predict profile, batch $b"
+    $PY benchmarks/serve_latency.py --export "$RUNS/policy" --device "$DEVICE" --image-size 64 --profile --profile-batch "$b" \
+      --requests 5 --warmup 2 > "$OUT/predict_profile_b$b.log" 2>&1 || tail -20 "$OUT/predict_profile_b$b.log"
+    grep -h -A6 "^| phase" "$OUT/predict_profile_b$b.log"; grep -h "GPU kernels" "$OUT/predict_profile_b$b.log"
+  done
 }
 
 "phase$PHASE"

@@ -165,39 +165,41 @@ class _PhaseTimer:
         setattr(owner, method, timed)
 
 
-def profile_predict(policy, size: int, requests: int, warmup: int) -> None:
+def profile_predict(policy, size: int, requests: int, warmup: int, batch: int = 1) -> None:
     """Where one chunk's time goes (no server): encode, the denoising forwards, and the rest
-    (packing, masks, normalisation, host<->device copies), plus the top GPU kernels."""
+    (packing, masks, normalisation, host<->device copies), then on CUDA the GPU's busy share of the
+    wall time (a latency-bound predict is mostly idle GPU), the top GPU kernels and the top host ops.
+    `batch` observations per predict, as batched closed-loop evaluation sends them."""
     import torch
 
     meta = {"camera_keys": policy.camera_keys, "state_dim": policy.state_dim}
     rng = np.random.default_rng(0)
-    obs = [observation(meta, rng, size) for _ in range(requests + warmup)]
+    obs = [[observation(meta, rng, size) for _ in range(batch)] for _ in range(requests + warmup)]
 
-    def as_policy_obs(o):
-        return {"image": np.stack(list(o["images"].values())), "state": o["state"], "prompt": o["prompt"]}
+    def as_policy_obs(group):
+        return [{"image": np.stack(list(o["images"].values())), "state": o["state"], "prompt": o["prompt"]} for o in group]
 
-    for o in obs[:warmup]:
-        policy.predict([as_policy_obs(o)])
+    for group in obs[:warmup]:
+        policy.predict(as_policy_obs(group))
     timer = _PhaseTimer(policy)
     totals = []
-    for o in obs[warmup:]:
+    for group in obs[warmup:]:
         timer.sync()
         start = time.perf_counter()
-        policy.predict([as_policy_obs(o)])
+        policy.predict(as_policy_obs(group))
         timer.sync()
         totals.append((time.perf_counter() - start) * 1e3)
     n = len(totals)
     encode, forward = sum(timer.totals["encode"]) / n, sum(timer.totals["forward"]) / n
     if policy.graphs is not None:  # same seed through the plain decoder stack: the graphs must not change the result
-        fast = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
+        fast = policy.predict_normalized(as_policy_obs(obs[0]), seed=1)
         captures = policy.graphs.captures
         policy.disable_cuda_graphs()
-        plain = policy.predict_normalized([as_policy_obs(obs[0])], seed=1)
+        plain = policy.predict_normalized(as_policy_obs(obs[0]), seed=1)
         print(f"decoder-stack CUDA graphs captured: {captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
               f" (normalized actions, std {float(plain.std()):.3g})")
     total = float(np.median(totals))
-    print(f"\n| phase (mean per chunk, {n} chunks) | ms |\n| --- | ---: |")
+    print(f"\n| phase (mean per chunk of {batch} observation(s), {n} chunks) | ms |\n| --- | ---: |")
     print(f"| tokenizer encode | {encode:.1f} |")
     print(f"| transformer forwards ({len(timer.totals['forward']) // n} per chunk) | {forward:.1f} |")
     print(f"| everything else | {float(np.mean(totals)) - encode - forward:.1f} |")
@@ -205,10 +207,30 @@ def profile_predict(policy, size: int, requests: int, warmup: int) -> None:
     if torch.cuda.is_available() and next(policy.model.parameters()).is_cuda:
         from torch.profiler import ProfilerActivity, profile
 
+        profiled = obs[warmup: warmup + 3]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for o in obs[warmup: warmup + 3]:
-                policy.predict([as_policy_obs(o)])
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+            for group in profiled:
+                policy.predict(as_policy_obs(group))
+            torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - start) * 1e3 / len(profiled)
+        events = prof.key_averages()
+        print(f"\n{gpu_busy_line(events, wall_ms, len(profiled))}")
+        print(events.table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+        print("host side, by self CPU time:")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+
+
+def gpu_busy_line(events, wall_ms: float, chunks: int) -> str:
+    """How much of a chunk's wall time the GPU spent in kernels (under the profiler, which slows
+    the host side a little): the split between arithmetic and everything the host makes it wait for."""
+    from torch.autograd import DeviceType
+
+    kernel_ms = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3 / chunks
+    launches = sum(e.count for e in events if e.device_type == DeviceType.CUDA) / chunks
+    return (f"GPU kernels {kernel_ms:.1f} ms of {wall_ms:.1f} ms wall per chunk ({kernel_ms / wall_ms:.0%} busy), "
+            f"{launches:.0f} kernels per chunk")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cuda-graphs", action="store_true", help="launch the decoder stack kernel by kernel")
     parser.add_argument("--no-compile-pointwise", action="store_true", help="leave the norms, MLPs and rotary uncompiled (CUDA)")
     parser.add_argument("--profile", action="store_true", help="time the phases of Policy.predict (no server) and list the top kernels")
+    parser.add_argument("--profile-batch", type=int, default=1, help="observations per predict in --profile (batched closed-loop evaluation)")
     args = parser.parse_args(argv)
 
     from wamkit.serve import PolicyServer, load_policy
@@ -243,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_cuda_graphs:
                 policy.disable_cuda_graphs()
         if args.profile:
-            profile_predict(policy, args.image_size, args.requests, args.warmup)
+            profile_predict(policy, args.image_size, args.requests, args.warmup, args.profile_batch)
             return 0
         server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
                               batch_window_ms=args.batch_window_ms).start_in_thread()

@@ -294,10 +294,11 @@ def fit_report(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knob
 
 
 def usable_bytes(device: torch.device) -> tuple[float, float]:
-    """(usable, total) bytes of a GPU for a run: what is free now plus what this process already
-    holds (the trainer has its VAE there), less the gate's margin of the total."""
+    """(usable, total) bytes of a GPU for a run: what is free now plus what this process's caching
+    allocator already holds (the VAE, and the blocks the encoder's background warm-up is using or
+    has freed to the cache, wamkit.train.warmup), less the gate's margin of the total."""
     free, total = torch.cuda.mem_get_info(device)
-    return free + torch.cuda.memory_allocated(device) - GATE_MARGIN * total, total
+    return free + torch.cuda.memory_reserved(device) - GATE_MARGIN * total, total
 
 
 def lora_counts_for(model: torch.nn.Module, cfg) -> ModelCounts | None:

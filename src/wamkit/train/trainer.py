@@ -39,6 +39,7 @@ from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import StartupTimeline, Throughput, seconds_since_launch
 from wamkit.train.tracking import check_wandb, start_wandb
+from wamkit.train.warmup import EncoderWarmup, warmup_clip_shape
 
 
 # Knobs that may change when a run name is relaunched: how long, how often, how loud, and how the
@@ -85,8 +86,7 @@ class Trainer:
         self.timeline.mark("data")
         self.video_tokenizer, self.text_tokenizer = build_tokenizers(cfg, self.device)
         self.timeline.mark("tokenizers")
-        if cfg.model.compile_vae and not cfg.data.latent_cache and self.device.type == "cuda" and hasattr(self.video_tokenizer, "compile_encoder"):
-            self.video_tokenizer.compile_encoder()
+        self.encoder_warmup = self._start_encoder_warmup()  # compiles beside the build; joined before the loader forks
         # On a GPU the transformer is built on the meta device and materialised shard by shard on the
         # GPU after sharding (wamkit.model.materialize): no host init of billions of parameters.
         check_trainable_only_build(cfg)
@@ -128,6 +128,24 @@ class Trainer:
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
         self.timer = StepTimer(self.device)
+
+    def _start_encoder_warmup(self) -> EncoderWarmup | None:
+        """On a GPU, compile the VAE encoder (model.compile_vae) and start its warm-up on the clip
+        shape of one micro-batch (wamkit.train.warmup). Not with trainer.max_tokens_per_batch, whose
+        micro-batch is known only after the build."""
+        cfg = self.cfg
+        if not (cfg.model.compile_vae and not cfg.data.latent_cache and self.device.type == "cuda"
+                and hasattr(self.video_tokenizer, "compile_encoder")):
+            return None
+        self.video_tokenizer.compile_encoder()
+        shape = None if cfg.trainer.max_tokens_per_batch else warmup_clip_shape(self.data.samples("train", cfg), cfg.trainer.samples_per_step)
+        return EncoderWarmup(self.video_tokenizer, shape).start() if shape else None
+
+    def _join_encoder_warmup(self) -> None:
+        if self.encoder_warmup is not None:
+            note = self.encoder_warmup.join()
+            if self.ctx.is_main:
+                print(f"[wamkit] {note}", flush=True)
 
     def _check_memory(self) -> dict | None:
         """On a GPU: the per-GPU estimate (wamkit.train.memory) against the memory this process can
@@ -311,6 +329,7 @@ class Trainer:
         if main:
             tracker = start_wandb(self.cfg, self.run_dir, self.local_dir, config_to_dict(self.cfg), self.data.contract)
             logger = MetricsLogger(self.local_dir, self.step, tracker)
+        self._join_encoder_warmup()  # before the loader's workers fork from this process
         stream = batch_stream(
             self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
             self.cfg.data.num_workers, self.dp_rank, self.dp_size,
@@ -342,11 +361,12 @@ class Trainer:
         """Where a first step's time went to torch.compile (the cold-start cost a warm cache saves)."""
         from wamkit.model.cuda_graphs import dynamo_compile_seconds
 
-        total = dynamo_compile_seconds()
+        background = self.encoder_warmup.compile_seconds if self.encoder_warmup is not None else 0.0  # off the step
+        total = dynamo_compile_seconds() - background
         if total < 0.05:
             return ""
-        vae = getattr(self.video_tokenizer, "compile_seconds", 0.0)
-        return f"; torch.compile {total:.1f} s" + (f", {vae:.1f} s of it the VAE encoder" if vae else "")
+        vae = getattr(self.video_tokenizer, "compile_seconds", 0.0) - background
+        return f"; torch.compile {total:.1f} s" + (f", {vae:.1f} s of it the VAE encoder" if vae >= 0.05 else "")
 
     def _memory_note(self) -> str:
         """The first step's measured peak beside the estimate the gate used (memory.measured_line)."""
