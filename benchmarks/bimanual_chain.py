@@ -46,8 +46,10 @@ CAMERAS = "top,left_wrist,right_wrist"
 #   model.preset            width: medium (8 layers, 512 wide) on the GPU, tiny on the CPU
 #   model.tokenizer/vae_path/pixel_spatial_factor   the pixel tokenizer: no Wan2.2 weights without network
 #   optimizer.lr            the recipes' 3e-5 fine-tunes a pretrained Nano; a random start in minutes needs more
-#   model.attention         per_sample everywhere: the distillation stages never use flex, and flex without
-#                           compiled layers runs unfused
+#   model.attention         flex with compiled layers in the training stages 0 and 1 (the medium world model
+#                           trains 1.7-4x faster so than per_sample on an H200: benchmarks/RESULTS.md, issue 7 run
+#                           10; rollouts of a flex-trained run sample per_sample, exact); per_sample in the
+#                           distillation stages, which never use flex (flex without compiled layers runs unfused)
 #   data.num_workers        decoding the bundle's windows off the training process (16 host cores)
 SCALES = {
     "gpu": {
@@ -56,10 +58,15 @@ SCALES = {
                    "data.num_workers": 6},
         "record": {"episodes": 160, "resolution": 64, "action_repeat": 2, "workers": 14, "chunk_length": 32, "stride": 16,
                    "val_fraction": 0.1},
-        # Steps from ~70 samples/s (medium width, per_sample attention, one H200: benchmarks/RESULTS.md, issue 7),
-        # so that phase 1 (data, stages 0-1) and phase 2 (stages 2-3, judging) each end inside 10 minutes.
-        0: {"trainer.max_iter": 700, "trainer.samples_per_step": 16, "checkpoint.save_iter": 175, "scheduler.warm_up_steps": "[70]", "optimizer.lr": 5e-4},
-        1: {"trainer.max_iter": 450, "trainer.samples_per_step": 16, "checkpoint.save_iter": 150, "scheduler.warm_up_steps": "[45]", "optimizer.lr": 3e-4},
+        # Measured on one H200 (benchmarks/RESULTS.md, issue 29, 2026-12-01) with per_sample attention everywhere:
+        # data (record, bundle, validate x4) 150 s; stage 0 700 x 16 in 310 s (41.7 samples/s), stage 1 450 x 16
+        # in 203 s (42.8), stage 2 500 x 8 in 220 s (22.1), each readback ~20 s; stage 3 did not finish. With
+        # per_sample that is three calls: phase 1 (data, stage 0), phase 2 (stages 1-2), phase 2 again (stage 3,
+        # judging). Flex with compiled layers in stages 0-1 (below) is meant to make it two; the counts stay.
+        0: {"trainer.max_iter": 700, "trainer.samples_per_step": 16, "checkpoint.save_iter": 175, "scheduler.warm_up_steps": "[70]", "optimizer.lr": 5e-4,
+            "model.attention": "flex", "parallel.compile": "true"},
+        1: {"trainer.max_iter": 450, "trainer.samples_per_step": 16, "checkpoint.save_iter": 150, "scheduler.warm_up_steps": "[45]", "optimizer.lr": 3e-4,
+            "model.attention": "flex", "parallel.compile": "true"},
         2: {"trainer.max_iter": 500, "trainer.samples_per_step": 8, "checkpoint.save_iter": 250, "scheduler.warm_up_steps": "[25]", "optimizer.lr": 1e-4},
         3: {"trainer.max_iter": 360, "trainer.samples_per_step": 4, "checkpoint.save_iter": 120, "scheduler.warm_up_steps": "[12]", "optimizer.lr": 5e-5},
         "phase_s": 560,  # inside a 600 s call: what is left when a stage starts bounds it

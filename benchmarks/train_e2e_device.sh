@@ -14,6 +14,19 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   $(ls .whl_lowbit/*.whl 2>/dev/null) || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+# pip install --no-compile skips what a user's pip install does: bytecode. Without it every launch would
+# compile diffusers' ~1,000 modules again (launch -> first step is a number we own), so compile them here.
+python3 -m compileall -q -j 0 /tmp/site > /dev/null
+echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}" | tee -a $OUT/machine.txt
+python3 -X importtime -c "import wamkit.train.trainer" 2> $OUT/importtime.txt  # a warm import of the trainer, module by module
+python3 - $OUT/importtime.txt <<'PYEOF' | tee -a $OUT/machine.txt
+import sys
+rows = [line.split("|") for line in open(sys.argv[1]) if line.startswith("import time:") and "cumulative" not in line]
+total = max(int(r[1]) for r in rows) / 1e6
+depth = lambda name: (len(name) - len(name.lstrip(" ")) - 1) // 2  # noqa: E731  importtime indents 2 per level
+top = sorted(((int(r[1]), r[2].strip()) for r in rows if depth(r[2].rstrip("\n")) <= 2), reverse=True)[1:8]
+print(f"import wamkit.train.trainer: {total:.1f} s; largest: " + ", ".join(f"{n} {us / 1e6:.1f} s" for us, n in top))
+PYEOF
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee $OUT/machine.txt
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a $OUT/machine.txt
 python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)" | tee -a $OUT/machine.txt
