@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="log request counts and latency percentiles this often (0: never)")
     serve.add_argument("--fp8", action="store_true",
                        help="multiply the generation pathway in FP8 (e4m3 weights, row-wise scales; GPUs of compute "
-                       "capability 8.9+): faster chunks, actions within FP8's rounding of bf16's (docs/serving.md)")
+                       "capability 8.9+): half the weight memory, actions within FP8's rounding of bf16's; slower than bf16 "
+                       "at one client on an H200, faster at eight (docs/serving.md)")
 
     sim = sub.add_parser("sim", help="simulators: record scripted-expert demonstrations")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")

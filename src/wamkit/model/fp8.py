@@ -9,7 +9,10 @@ Row-wise scales keep one outlier channel or token from flattening the rest.
 The text pathway runs once per chunk (its K/V are cached) and stays in bf16, as do the embeddings
 and heads. Training never sees FP8: this is an inference-time rewrite of a trained policy.
 torchao's float8 inference does the same on CUDA only, and refuses the CPU, where the tests run. The
-CPU has `torch._scaled_mm` too."""
+CPU has `torch._scaled_mm` too.
+
+Measured at Nano width on one H200 (benchmarks/RESULTS.md, issue 30): the FP8 matmuls save ~20 ms a
+chunk and the per-call activation quantization spends it again, so one client is slower than bf16."""
 
 from __future__ import annotations
 
