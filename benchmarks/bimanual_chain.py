@@ -96,6 +96,8 @@ def shapes_scale(gpu: dict) -> dict:
     for stage, iters in ((0, 2), (1, 2), (2, 2), (3, 6)):
         out[stage] = {**gpu[stage], "trainer.max_iter": iters, "checkpoint.save_iter": iters, "scheduler.warm_up_steps": "[1]",
                       "trainer.samples_per_step": min(gpu[stage]["trainer.samples_per_step"], 4)}
+        if out[stage].get("model.attention") == "flex":  # flex has no backward on the CPU; the backend is not a shape
+            out[stage].update({"model.attention": "per_sample", "parallel.compile": "false"})
     return out
 
 
@@ -486,6 +488,8 @@ def main(argv=None) -> int:
     parser.add_argument("--nano-steps", type=int, default=3)
     parser.add_argument("--scale", choices=sorted(SCALES), default=None, help="default: smoke for --phase smoke, else gpu")
     parser.add_argument("--phase-s", type=float, default=None, help="the phase's deadline in seconds (default: the scale's)")
+    parser.add_argument("--train-attention", choices=["flex", "per_sample"], default=None,
+                        help="stages 0-1's attention (default: the scale's; per_sample is the fallback if flex fails there)")
     parser.add_argument("--readback", help=argparse.SUPPRESS)
     parser.add_argument("--nano-probe", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -497,6 +501,10 @@ def main(argv=None) -> int:
         return 0
     smoke = args.phase == "smoke"
     chain = Chain(args.work, args.out, args.scale or ("smoke" if smoke else "gpu"))
+    if args.train_attention:
+        compiled = "true" if args.train_attention == "flex" else "false"
+        chain.scale = {**chain.scale, **{stage: {**chain.scale[stage], "model.attention": args.train_attention, "parallel.compile": compiled}
+                                         for stage in (0, 1)}}
     t0 = time.perf_counter()
     DEADLINE[0] = t0 + (args.phase_s or chain.scale["phase_s"])
     if args.phase in ("1", "smoke"):

@@ -6,6 +6,8 @@
 #   PHASE=auto   bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 with activation checkpointing "auto", online, cache, relaunch
 #   PHASE=encode bash benchmarks/train_e2e_device.sh   # nvidia-h200: the VAE encode per clip (SO-101, G1 canvases), then so101
 #                                                       # online on a cold machine (the first step's compile split is in its log)
+#   PHASE=rows   bash benchmarks/train_e2e_device.sh   # nvidia-h200: the online rows again on a cold machine (so101 first:
+#                                                       # its launch -> first step with the VAE warm-up), g1_simple_1gpu, droid_1gpu
 #   PHASE=fullft bash benchmarks/train_e2e_device.sh   # nvidia-h200, carry [".whl", ".whl_lowbit"]: g1_simple_1gpu_full (8-bit AdamW)
 #   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
 #   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
@@ -55,6 +57,8 @@ case "${PHASE:-1gpu-a}" in
           export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_vae_bench TRITON_CACHE_DIR=/tmp/triton_vae_bench
           python3 benchmarks/vae_encode.py --sizes 544x736 --frames 17 --batch 6 --repeats 3 2>&1 | tee $OUT/vae_encode_so101.txt
           python3 benchmarks/vae_encode.py --sizes 256x320 --frames 33 --batch 8 --repeats 3 2>&1 | tee $OUT/vae_encode_g1.txt ;;
+  rows) python3 $E2E --gpus 1 --recipes so101_fd_chunk16 g1_simple_1gpu droid_1gpu 2>&1 | tee $OUT/e2e_rows_online.txt
+        grep -h "first step done\|startup:\|warmed up\|memory: peak" /tmp/wamkit_e2e/*.log ;;
   fullft) # the G1 full fine-tune on one H200 with the 8-bit AdamW (carry [".whl", ".whl_lowbit"]), online then from the cache
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full 2>&1 | tee $OUT/e2e_fullft_online.txt
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full --latent-cache 2>&1 | tee $OUT/e2e_fullft_cache.txt ;;
