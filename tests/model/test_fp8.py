@@ -87,3 +87,42 @@ def test_fp8_layers_compile_as_serving_compiles_them(run_dir):
     assert compile_pointwise(compiled.model, compiled.processor) > 0
     compiled.use_fp8_matmuls()
     torch.testing.assert_close(compiled.predict_normalized(obs, seed=1), eager.predict_normalized(obs, seed=1), rtol=1e-4, atol=1e-4)
+
+
+def test_stacked_qkv_equals_its_parts_and_the_views_keep_no_copy():
+    """q, k and v read one input: stacked, it is quantized once and multiplied once, and each
+    output block equals what its own layer gives (per-row input scales and per-channel weight
+    scales do not depend on the neighbours)."""
+    torch.manual_seed(0)
+    linears = [torch.nn.Linear(64, n, bias=False) for n in (64, 32, 32)]
+    fused, views = Float8Linear.stacked(linears)
+    x = torch.randn(9, 64)
+    with torch.no_grad():
+        whole = fused(x)
+        parts = [Float8Linear(linear)(x) for linear in linears]
+        alone = [view(x) for view in views]
+    torch.testing.assert_close(whole, torch.cat(parts, dim=-1), rtol=1e-6, atol=1e-6)
+    for a, b in zip(alone, parts):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    assert all(v.weight_fp8.untyped_storage().data_ptr() == fused.weight_fp8.untyped_storage().data_ptr() for v in views)
+
+
+def test_a_quantized_layer_runs_five_fp8_matmuls_not_seven(monkeypatch):
+    """The attention's q, k, v go through the stacked layer (one matmul), then the output
+    projection and the MLP's gate, up and down: 5 per layer and forward."""
+    from wamkit.model.attention import packed_layout
+    from wamkit.model.attention_backends import attention_backend, install_packed_attention
+    from wamkit.model.packing import SequenceSample, pack_samples
+
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4).eval()
+    quantize_generation_linears(model)
+    processor = install_packed_attention(model, attention_backend("auto", torch.device("cpu"), torch.float32))
+    sample = SequenceSample(text_ids=[1, 2, 3], video=torch.randn(12, 2, 4, 4), actions=torch.randn(4, 8), clean_video_frames=[0],
+                            clean_action_rows=[], sigma=0.5, domain_id=1, fps=10.0, action_start_frame=1)
+    batch = pack_samples([sample], model.config)
+    calls = []
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with torch.no_grad(), packed_layout(processor, batch):
+        model(**batch.forward_kwargs)
+    assert len(calls) == 5 * len(model.layers)

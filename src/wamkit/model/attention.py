@@ -87,10 +87,14 @@ class PackedAttention:
     def project_gen(self, attn, gen_seq, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Generation-pathway q, k (normed, rotated) and v, [N, heads, d]."""
         heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
-        q = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, d))
-        k = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, d))
-        v = attn.add_v_proj(gen_seq).view(-1, kv_heads, d)
-        return self.rope(q, cos, sin), self.rope(k, cos, sin), v
+        fused = getattr(attn, "add_qkv_fp8", None)  # wamkit.model.fp8.FUSED_QKV: one FP8 matmul for all three
+        if fused is not None:
+            q, k, v = fused(gen_seq).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+        else:
+            q, k, v = attn.add_q_proj(gen_seq), attn.add_k_proj(gen_seq), attn.add_v_proj(gen_seq)
+        q = attn.norm_added_q(q.reshape(-1, heads, d))
+        k = attn.norm_added_k(k.reshape(-1, kv_heads, d))
+        return self.rope(q, cos, sin), self.rope(k, cos, sin), v.reshape(-1, kv_heads, d)
 
     def project_und(self, attn, und_seq, cos, sin) -> tuple[torch.Tensor, ...]:
         """Text-pathway q, k, v and the text keys generation tokens see (k_norm_und_for_gen), [N, heads, d]."""

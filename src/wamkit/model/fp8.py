@@ -34,6 +34,28 @@ def _row_scales(x: torch.Tensor) -> torch.Tensor:
     return x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12) / E4M3_MAX
 
 
+def _quantize_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 rows, fp32 [rows, 1] scales). Eagerly this is five kernels (abs, amax, clamp, divide,
+    cast), which at serving's few hundred tokens cost as much as the FP8 matmul saves; on CUDA it
+    runs compiled, as one fused kernel."""
+    scale = _row_scales(rows)
+    return (rows.float() / scale).to(E4M3), scale
+
+
+_compiled_quantize = None
+
+
+def _quantizer(rows: torch.Tensor):
+    """The compiled quantizer on CUDA; the plain one on the CPU and inside a region being compiled
+    already (the compiled MLPs of `compile_pointwise`), where inductor fuses it with its neighbours."""
+    global _compiled_quantize
+    if not rows.is_cuda or torch.compiler.is_compiling():
+        return _quantize_rows
+    if _compiled_quantize is None:
+        _compiled_quantize = torch.compile(_quantize_rows, dynamic=None)
+    return _compiled_quantize
+
+
 class _Float8Matmul(torch.autograd.Function):
     """rows @ W^T + bias through `torch._scaled_mm`, which has no derivative. The gradient with
     respect to the rows is the one of the dequantized weight, with the activations' rounding taken
@@ -43,11 +65,13 @@ class _Float8Matmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows, weight_fp8, weight_scale, bias):
         ctx.save_for_backward(weight_fp8, weight_scale)
-        scale = _row_scales(rows)
-        quantized = (rows.float() / scale).to(E4M3)
-        out_dtype = torch.bfloat16 if rows.is_cuda else rows.dtype  # CUDA's row-wise kernels write bf16 only
+        quantized, scale = _quantizer(rows)(rows.detach())
+        on_cuda = rows.is_cuda
+        out_dtype = torch.bfloat16 if on_cuda else rows.dtype  # CUDA's row-wise kernels write bf16 only
+        # fast accumulation: Hopper's FP8 tensor-core accumulator without the periodic fp32 promotion,
+        # the usual choice for inference (the serving benchmark reports the actions' distance to bf16)
         out = torch._scaled_mm(quantized, weight_fp8.t(), scale_a=scale, scale_b=weight_scale,
-                               bias=None if bias is None else bias.to(out_dtype), out_dtype=out_dtype)
+                               bias=None if bias is None else bias.to(out_dtype), out_dtype=out_dtype, use_fast_accum=on_cuda)
         return out.to(rows.dtype)
 
     @staticmethod
@@ -63,12 +87,39 @@ class Float8Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        weight = linear.weight.detach()
-        scale = _row_scales(weight)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight_fp8", (weight.float() / scale).to(E4M3))  # [out, in], row-major
-        self.register_buffer("weight_scale", scale.t().contiguous())  # [1, out]
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        weight_fp8, scale = _quantize_rows(linear.weight.detach())
+        self._set(weight_fp8, scale.t().contiguous(), None if linear.bias is None else linear.bias.detach().clone())
+
+    def _set(self, weight_fp8: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.out_features, self.in_features = weight_fp8.shape
+        self.register_buffer("weight_fp8", weight_fp8)  # [out, in], row-major
+        self.register_buffer("weight_scale", weight_scale)  # [1, out]
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def stacked(cls, linears: list[torch.nn.Linear]) -> tuple["Float8Linear", list["Float8Linear"]]:
+        """One layer over the outputs of `linears` that read the same input (a projection's q, k
+        and v): the input is quantized once and multiplied once. Returns it and one layer per input
+        linear whose buffers are views of its rows (no second copy), for anyone calling them alone."""
+        whole = cls.__new__(cls)
+        torch.nn.Module.__init__(whole)
+        parts = [cls(linear) for linear in linears]
+        biases = [p.bias for p in parts]
+        if any(b is not None for b in biases):
+            biases = [b if b is not None else torch.zeros(p.out_features, dtype=p.weight_scale.dtype, device=p.weight_scale.device)
+                      for b, p in zip(biases, parts)]
+        whole._set(torch.cat([p.weight_fp8 for p in parts]), torch.cat([p.weight_scale for p in parts], dim=1),
+                   torch.cat(biases) if biases[0] is not None else None)
+        views, start = [], 0
+        for p in parts:
+            end = start + p.out_features
+            view = cls.__new__(cls)
+            torch.nn.Module.__init__(view)
+            view._set(whole.weight_fp8[start:end], whole.weight_scale[:, start:end],
+                      None if whole.bias is None or p.bias is None else whole.bias[start:end])
+            views.append(view)
+            start = end
+        return whole, views
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -92,17 +143,31 @@ def check_fp8_device(device: torch.device) -> None:
                           "serve without --fp8, or on a GPU of compute capability 8.9 or newer (L4, L40, H100, H200)")
 
 
+FUSED_QKV = "add_qkv_fp8"  # the attribute of a layer's attention that wamkit's processor multiplies q, k, v with at once
+_QKV = ("add_q_proj", "add_k_proj", "add_v_proj")
+
+
 def quantize_generation_linears(model: torch.nn.Module) -> int:
     """Replace every decoder layer's generation-pathway nn.Linear (GENERATION_LINEARS) whose sizes
-    are multiples of 16 with a Float8Linear, in place; returns how many. Layers already replaced, or
-    wrapped by LoRA (serve a merged export), are left alone; none replaced is an error."""
+    are multiples of 16 with a Float8Linear, in place; returns how many. The q, k and v projections
+    also become one stacked layer (`FUSED_QKV`, wamkit.model.attention uses it): one quantization
+    and one matmul instead of three. Layers already replaced, or wrapped by LoRA (serve a merged
+    export), are left alone; none replaced is an error."""
     replaced = 0
     for layer in model.layers:
+        attn = layer.self_attn
+        qkv = [getattr(attn, name, None) for name in _QKV]
+        if all(_quantizable(m) for m in qkv):
+            fused, views = Float8Linear.stacked(qkv)
+            attn.add_module(FUSED_QKV, fused)
+            for name, view in zip(_QKV, views):
+                setattr(attn, name, view)
+            replaced += len(_QKV)
         for name in GENERATION_LINEARS:
             parent_name, _, child = name.rpartition(".")
             parent = layer.get_submodule(parent_name)
             module = getattr(parent, child, None)
-            if type(module) is not torch.nn.Linear or module.in_features % MULTIPLE or module.out_features % MULTIPLE:
+            if not _quantizable(module):
                 continue
             setattr(parent, child, Float8Linear(module))
             replaced += 1
@@ -110,3 +175,7 @@ def quantize_generation_linears(model: torch.nn.Module) -> int:
         raise WamkitError("--fp8", "the model has no plain generation-pathway linear layer to quantize",
                           "serve an export (`wamkit export RUN OUT`: LoRA merged) or drop --fp8")
     return replaced
+
+
+def _quantizable(module) -> bool:
+    return type(module) is torch.nn.Linear and not module.in_features % MULTIPLE and not module.out_features % MULTIPLE
