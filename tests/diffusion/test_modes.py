@@ -268,3 +268,40 @@ def test_training_pads_text_only_for_compiled_code():
 
     assert training_text_multiple(False, "flex") == training_text_multiple(True, "per_sample") == TEXT_PAD_MULTIPLE
     assert training_text_multiple(False, "per_sample") == training_text_multiple(False, "sdpa") == 0
+
+
+def test_clean_and_noisy_positions_index_without_a_python_list():
+    """On a GPU, indexing with a Python list is a blocking host-to-device copy (a stream sync) per
+    call; the objective's position sets are runs of consecutive positions, which become slices."""
+    from wamkit.diffusion.objective import index_of
+
+    cpu = torch.device("cpu")
+    assert index_of([0], cpu) == slice(0, 1)
+    assert index_of([1, 2, 3, 4], cpu) == slice(1, 5)
+    assert index_of([], cpu) == slice(0, 0)
+    scattered = index_of([0, 2, 3], cpu)
+    assert isinstance(scattered, torch.Tensor) and scattered.tolist() == [0, 2, 3]
+    x = torch.arange(10.0)
+    for positions in ([0], [3, 4, 5], [], [1, 7]):
+        assert torch.equal(x[index_of(positions, cpu)], x[positions])
+
+
+def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
+    """Block-causal teacher forcing: the one target chunk holds add_noise's values (the same draws as
+    a bidirectional run), every other latent frame the clean latents."""
+    from wamkit.diffusion.flow import add_noise
+
+    objective = _objective("policy", causal_chunk_frames=1)
+    sample = _samples(1)[0]
+    x0 = objective.encode_videos([sample.video])[0]
+    generator = torch.Generator().manual_seed(7)
+    seq, _ = objective._noised_sequence(sample, x0, 0.6, generator)
+    replay = torch.Generator().manual_seed(7)
+    noise = torch.randn(x0.shape, generator=replay)
+    torch.randn((T + 1, A), generator=replay)  # the action noise, drawn in between
+    target = int(torch.randint(1, x0.shape[1], (1,), generator=replay))
+    noisy, _ = add_noise(x0, 0.6, noise)
+    assert seq.clean_video_frames == [f for f in range(x0.shape[1]) if f != target]
+    assert torch.equal(seq.video[:, target], noisy[:, target])
+    rest = seq.clean_video_frames
+    assert torch.equal(seq.video[:, rest], x0[:, rest])

@@ -139,7 +139,7 @@ class ModeObjective:
         batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple)
         hold_layout(self.processor, batch)  # kept through backward: activation checkpointing recomputes the layers
         out = self.model(**batch.forward_kwargs)
-        return self._losses(out, targets, batch, [s.action_mask.to(device) for s in samples])
+        return self._losses(out, targets, batch, [s.action_mask.to(device, non_blocking=True) for s in samples])
 
     def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy"):
         # Noise is drawn for every token whatever the mode, so a sample consumes the same random
@@ -150,17 +150,17 @@ class ModeObjective:
         noisy_video, video_velocity = add_noise(x0, sigma, video_noise)
         video_target, video_weight = self._target(self.video_prediction, x0, video_velocity, sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
-        noisy_video[:, clean_frames] = x0[:, clean_frames]
+        noisy_video[:, index_of(clean_frames, device)] = x0[:, index_of(clean_frames, device)]
         rows = sample.actions.to(device, non_blocking=True)
         has_state = sample.state is not None
         if has_state:
             rows = torch.cat([sample.state.to(device, non_blocking=True).unsqueeze(0), rows])
-        mask = sample.action_mask.to(device=device, dtype=rows.dtype)
+        mask = sample.action_mask.to(device=device, dtype=rows.dtype, non_blocking=True)
         action_noise = torch.randn(rows.shape, generator=noise_gen, device=device) * mask
         noisy_rows, action_velocity = add_noise(rows, sigma, action_noise)
         action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
-        noisy_rows[clean_rows] = rows[clean_rows]
+        noisy_rows[index_of(clean_rows, device)] = rows[index_of(clean_rows, device)]
         if self.causal_chunk_frames > 0 and mode != "inverse_dynamics":
             # Teacher forcing: one target chunk (drawn after all noise, so bidirectional runs keep their
             # random stream) is noisy; every other chunk holds clean ground truth. Block-causal masks keep
@@ -169,7 +169,10 @@ class ModeObjective:
             chunk_of = [0] + [1 + (f - 1) // k for f in range(1, x0.shape[1])]
             target = int(torch.randint(1, max(chunk_of) + 1, (1,), generator=generator)) if max(chunk_of) > 0 else 0
             clean_frames = [f for f in range(x0.shape[1]) if chunk_of[f] != target]
-            noisy_video[:, clean_frames] = x0[:, clean_frames]
+            noisy = index_of([f for f in range(x0.shape[1]) if chunk_of[f] == target], device)  # one run of frames
+            kept = noisy_video[:, noisy]
+            noisy_video = x0.clone()
+            noisy_video[:, noisy] = kept
         text = self.text_tokenizer.encode(self.prompt_template.format(task=sample.task))
         seq = SequenceSample(
             text_ids=text, video=noisy_video, actions=noisy_rows, clean_video_frames=clean_frames,
@@ -190,11 +193,13 @@ class ModeObjective:
         for i, target in enumerate(targets):
             frames = batch.vision_noisy_frames[i]
             if frames:  # samples without noisy video (inverse dynamics) stay out of the video mean
-                pred = out.sample[i][0][:, frames]
-                video_terms.append((pred.float() - target["video"][:, frames]).pow(2).mean() * target["video_weight"])
+                at = index_of(frames, target["video"].device)
+                pred = out.sample[i][0][:, at]
+                video_terms.append((pred.float() - target["video"][:, at]).pow(2).mean() * target["video_weight"])
             rows = batch.action_noisy_rows[i]
             if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
-                err = (out.action[i][rows].float() - target["action"][rows]).pow(2) * masks[i]
+                at = index_of(rows, target["action"].device)
+                err = (out.action[i][at].float() - target["action"][at]).pow(2) * masks[i]
                 action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1) * target["action_weight"])
         counts = self._world_counts(len(video_terms), len(action_terms), out.sample[0][0].device)
         # A modality no sample of this step predicts gets a loss of exactly 0 through its output head run on
@@ -245,6 +250,20 @@ class ModeObjective:
         counts = torch.tensor([float(n_video), float(n_action)], dtype=torch.float64, device=device)
         dist.all_reduce(counts)  # context-parallel ranks count their (shared) samples k times, and world holds k x dp
         return dist.get_world_size(), int(counts[0].item()), int(counts[1].item())
+
+
+def index_of(positions: list[int], device: torch.device) -> slice | torch.Tensor:
+    """`positions` (ascending) as an index that costs the device no synchronisation. Indexing a CUDA
+    tensor with a Python list copies the list to the GPU with a blocking copy, which waits for every
+    kernel queued before it: several times per sample, that kept the host from running ahead of the
+    GPU. One run of consecutive positions (every mode's clean and noisy sets are) becomes a slice;
+    anything else an index tensor copied without blocking."""
+    if not positions:
+        return slice(0, 0)
+    first = positions[0]
+    if positions == list(range(first, first + len(positions))):
+        return slice(first, first + len(positions))
+    return torch.tensor(positions, dtype=torch.long).to(device, non_blocking=True)
 
 
 def tensor_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:

@@ -158,38 +158,41 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
     has_actions = bool(action_seq)
     if has_actions and len(action_seq) != len(samples):
         raise ValueError("either every sample in a packed batch has actions or none does")
-    long = dict(dtype=torch.long, device=device)
+    def up(values, dtype=torch.long) -> torch.Tensor:  # host -> device without a blocking copy (a stream sync each)
+        host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+        return host.to(device, non_blocking=True)
+
     kwargs = dict(
-        input_ids=torch.tensor(input_ids, **long),
-        text_indexes=torch.arange(und_len, **long),
-        position_ids=torch.cat(text_pos + gen_pos, dim=1).to(device),
+        input_ids=up(input_ids),
+        text_indexes=torch.arange(und_len, dtype=torch.long, device=device),
+        position_ids=up(torch.cat(text_pos + gen_pos, dim=1)),
         und_len=und_len,
         sequence_length=cursor,
         vision_tokens=[s.video.unsqueeze(0) for s in samples],
         vision_token_shapes=vision_shapes,
-        vision_sequence_indexes=torch.cat(vision_seq).to(device),
-        vision_mse_loss_indexes=torch.tensor(vision_loss, **long),
-        vision_timesteps=torch.tensor(vision_t, dtype=torch.float32, device=device),
+        vision_sequence_indexes=up(torch.cat(vision_seq)),
+        vision_mse_loss_indexes=up(vision_loss),
+        vision_timesteps=up(vision_t, torch.float32),
         vision_noisy_frame_indexes=_on_device(vision_noisy, device),
     )
     if has_actions:
         kwargs.update(
             action_tokens=[s.actions for s in samples],
             action_token_shapes=action_shapes,
-            action_sequence_indexes=torch.cat(action_seq).to(device),
-            action_mse_loss_indexes=torch.tensor(action_loss, **long),
-            action_timesteps=torch.tensor(action_t, dtype=torch.float32, device=device),
+            action_sequence_indexes=up(torch.cat(action_seq)),
+            action_mse_loss_indexes=up(action_loss),
+            action_timesteps=up(action_t, torch.float32),
             action_noisy_frame_indexes=_on_device(action_noisy, device),
             action_domain_ids=_on_device([d.reshape(1) for d in domains], device, shape=()),
         )
     return PackedBatch(
         forward_kwargs=kwargs,
-        und_sample_ids=torch.tensor(und_ids, **long),
-        gen_sample_ids=torch.tensor(gen_ids, **long),
+        und_sample_ids=up(und_ids),
+        gen_sample_ids=up(gen_ids),
         num_samples=len(samples),
         vision_noisy_frames=[v.tolist() for v in vision_noisy],
         action_noisy_rows=[a.tolist() for a in action_noisy],
-        gen_chunk_ids=torch.cat(chunk_ids).to(device) if any(s.causal_chunk_frames > 0 for s in samples) else None,
+        gen_chunk_ids=up(torch.cat(chunk_ids)) if any(s.causal_chunk_frames > 0 for s in samples) else None,
         layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
     )
 
@@ -199,7 +202,7 @@ def _on_device(tensors: list[torch.Tensor], device, shape: tuple | None = None) 
     copy per step instead of one per sample. `shape` reshapes each piece (() for scalars)."""
     if not tensors:
         return []
-    pieces = torch.cat(tensors).to(device).split([len(t) for t in tensors])
+    pieces = torch.cat(tensors).to(device, non_blocking=True).split([len(t) for t in tensors])
     return [p.reshape(shape) for p in pieces] if shape is not None else list(pieces)
 
 
