@@ -122,10 +122,10 @@ def sample_policy(
         if obs.state is not None:
             actions = torch.cat([obs.state.float().cpu().unsqueeze(0), actions])
             clean = [0]
-        x0_frames.append(first.to(device))
-        videos.append(video.to(device))
-        rows.append(actions.to(device))
-        masks.append(mask.to(device))
+        x0_frames.append(first.to(device, non_blocking=True))  # no blocking copy (a stream sync) per observation
+        videos.append(video.to(device, non_blocking=True))
+        rows.append(actions.to(device, non_blocking=True))
+        masks.append(mask.to(device, non_blocking=True))
         clean_rows.append(clean)
 
     texts = [text_tokenizer.encode(o.prompt) for o in observations]
@@ -141,7 +141,7 @@ def sample_policy(
     # few kernels for 1 observation or 15, where a per-sample loop launched ~30 per sample.
     videos_t, rows_t, x0_t = torch.stack(videos), torch.stack(rows), torch.stack(x0_frames)
     masks_t = torch.stack(masks)[:, None]  # [n, 1, D]
-    states_t = torch.stack([o.state.float() for o in observations]).to(device) if first else None
+    states_t = torch.stack([o.state.float() for o in observations]).to(device, non_blocking=True) if first else None
     with DenoisingForward(model, processor, seqs, cache_text=cache_text) as forward:
         for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
             # RTC needs d x0_hat / d x_s: the noisy action rows take gradients (only the steered ones' are used)

@@ -34,12 +34,12 @@ def sample_video_chunked(model, processor, video_tokenizer, text_tokenizer, firs
     ids = chunk_ids(num_frames, chunk_frames)
     videos = [torch.zeros(c, num_frames, h, w, device=device) for _ in range(len(first))]
     for video, latent in zip(videos, first):
-        video[:, 0] = latent[:, 0].to(device)
-    rows = [a.float().to(device) for a in actions]
+        video[:, 0] = latent[:, 0].to(device, non_blocking=True)
+    rows = [a.float().to(device, non_blocking=True) for a in actions]
     texts = [text_tokenizer.encode(p) for p in prompts]
     for chunk in range(1, max(ids) + 1):
         frames = chunk_frames_of(ids, chunk)
-        x = [torch.randn((c, len(frames), h, w), generator=g).to(device) for g in generators]
+        x = [torch.randn((c, len(frames), h, w), generator=g).to(device, non_blocking=True) for g in generators]
         for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
             seqs = []
             for text, video, xi, row in zip(texts, videos, x, rows):

@@ -109,12 +109,12 @@ def sample_video(
     for i, gen in enumerate(gens):
         video = torch.randn(shape, generator=gen)
         video[:, 0] = first_latent[i, :, 0]
-        x0_frames.append(first_latent[i, :, 0].to(device))
-        videos.append(video.to(device))
+        x0_frames.append(first_latent[i, :, 0].to(device, non_blocking=True))
+        videos.append(video.to(device, non_blocking=True))
         r = actions[i].float().cpu()
         if states is not None:
             r = torch.cat([states[i].float().cpu().unsqueeze(0), r])
-        rows.append(r.to(device))
+        rows.append(r.to(device, non_blocking=True))
         clean_rows.append(list(range(r.shape[0])))
 
     texts = [text_tokenizer.encode(p) for p in prompts]
