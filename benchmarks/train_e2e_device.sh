@@ -57,8 +57,8 @@ case "${PHASE:-1gpu-a}" in
           export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_vae_bench TRITON_CACHE_DIR=/tmp/triton_vae_bench
           python3 benchmarks/vae_encode.py --sizes 544x736 --frames 17 --batch 6 --repeats 3 2>&1 | tee $OUT/vae_encode_so101.txt
           python3 benchmarks/vae_encode.py --sizes 256x320 --frames 33 --batch 8 --repeats 3 2>&1 | tee $OUT/vae_encode_g1.txt ;;
-  rows) python3 $E2E --gpus 1 --recipes so101_fd_chunk16 g1_simple_1gpu droid_1gpu 2>&1 | tee $OUT/e2e_rows_online.txt
-        grep -h "first step done\|startup:\|warmed up\|memory: peak" /tmp/wamkit_e2e/*.log ;;
+  rows) WAMKIT_SYNC_DEBUG=1 python3 $E2E --gpus 1 --recipes so101_fd_chunk16 g1_simple_1gpu droid_1gpu 2>&1 | tee $OUT/e2e_rows_online.txt
+        grep -h "first step done\|startup:\|warmed up\|memory: peak\|synchronised" /tmp/wamkit_e2e/*.log ;;
   fullft) # the G1 full fine-tune on one H200 with the 8-bit AdamW (carry [".whl", ".whl_lowbit"]), online then from the cache
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full 2>&1 | tee $OUT/e2e_fullft_online.txt
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full --latent-cache 2>&1 | tee $OUT/e2e_fullft_cache.txt ;;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
                                         trainable_state)
-from wamkit.train import memory
+from wamkit.train import memory, sync_check
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
@@ -378,9 +379,17 @@ class Trainer:
         cfg, main = self.cfg.trainer, self.ctx.is_main
         self.timeline.mark("optimizer/EMA/resume/loader")
         first = True
+        check_syncs = bool(os.environ.get(sync_check.ENV)) and self.device.type == "cuda"
         while self.step < cfg.max_iter:
             t0 = time.perf_counter()
-            record = self.train_step(stream)
+            if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
+                with sync_check.counting_syncs(self.device) as found:
+                    record = self.train_step(stream)
+                check_syncs = False
+                if main:
+                    print(f"[wamkit] {sync_check.sync_line(self.step + 1, found)}", flush=True)
+            else:
+                record = self.train_step(stream)
             self.step += 1
             record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
             if first and main:  # this process's first step (a resumed run's too: relaunch cost)
