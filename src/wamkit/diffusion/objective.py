@@ -150,7 +150,8 @@ class ModeObjective:
         noisy_video, video_velocity = add_noise(x0, sigma, video_noise)
         video_target, video_weight = self._target(self.video_prediction, x0, video_velocity, sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
-        noisy_video[:, index_of(clean_frames, device)] = x0[:, index_of(clean_frames, device)]
+        at = index_of(clean_frames, device)
+        noisy_video[:, at] = x0[:, at]
         rows = sample.actions.to(device, non_blocking=True)
         has_state = sample.state is not None
         if has_state:
@@ -160,7 +161,8 @@ class ModeObjective:
         noisy_rows, action_velocity = add_noise(rows, sigma, action_noise)
         action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
-        noisy_rows[index_of(clean_rows, device)] = rows[index_of(clean_rows, device)]
+        at = index_of(clean_rows, device)
+        noisy_rows[at] = rows[at]
         if self.causal_chunk_frames > 0 and mode != "inverse_dynamics":
             # Teacher forcing: one target chunk (drawn after all noise, so bidirectional runs keep their
             # random stream) is noisy; every other chunk holds clean ground truth. Block-causal masks keep

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from wamkit.model.fp8 import FUSED_QKV
 from wamkit.model.packing import PackedBatch
 
 
@@ -87,7 +88,7 @@ class PackedAttention:
     def project_gen(self, attn, gen_seq, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Generation-pathway q, k (normed, rotated) and v, [N, heads, d]."""
         heads, kv_heads, d = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
-        fused = getattr(attn, "add_qkv_fp8", None)  # wamkit.model.fp8.FUSED_QKV: one FP8 matmul for all three
+        fused = getattr(attn, FUSED_QKV, None)  # set by wamkit.model.fp8: one FP8 matmul for all three
         if fused is not None:
             q, k, v = fused(gen_seq).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
         else:

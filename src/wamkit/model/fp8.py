@@ -97,27 +97,30 @@ class Float8Linear(torch.nn.Module):
         self.register_buffer("bias", bias)
 
     @classmethod
+    def _of(cls, weight_fp8: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None) -> "Float8Linear":
+        """A layer over buffers that exist already (a stacked layer's, or rows of one)."""
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer._set(weight_fp8, weight_scale, bias)
+        return layer
+
+    @classmethod
     def stacked(cls, linears: list[torch.nn.Linear]) -> tuple["Float8Linear", list["Float8Linear"]]:
         """One layer over the outputs of `linears` that read the same input (a projection's q, k
         and v): the input is quantized once and multiplied once. Returns it and one layer per input
         linear whose buffers are views of its rows (no second copy), for anyone calling them alone."""
-        whole = cls.__new__(cls)
-        torch.nn.Module.__init__(whole)
         parts = [cls(linear) for linear in linears]
         biases = [p.bias for p in parts]
         if any(b is not None for b in biases):
             biases = [b if b is not None else torch.zeros(p.out_features, dtype=p.weight_scale.dtype, device=p.weight_scale.device)
                       for b, p in zip(biases, parts)]
-        whole._set(torch.cat([p.weight_fp8 for p in parts]), torch.cat([p.weight_scale for p in parts], dim=1),
-                   torch.cat(biases) if biases[0] is not None else None)
+        whole = cls._of(torch.cat([p.weight_fp8 for p in parts]), torch.cat([p.weight_scale for p in parts], dim=1),
+                        torch.cat(biases) if biases[0] is not None else None)
         views, start = [], 0
         for p in parts:
             end = start + p.out_features
-            view = cls.__new__(cls)
-            torch.nn.Module.__init__(view)
-            view._set(whole.weight_fp8[start:end], whole.weight_scale[:, start:end],
-                      None if whole.bias is None or p.bias is None else whole.bias[start:end])
-            views.append(view)
+            views.append(cls._of(whole.weight_fp8[start:end], whole.weight_scale[:, start:end],
+                                 None if whole.bias is None or p.bias is None else whole.bias[start:end]))
             start = end
         return whole, views
 

@@ -158,6 +158,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
     has_actions = bool(action_seq)
     if has_actions and len(action_seq) != len(samples):
         raise ValueError("either every sample in a packed batch has actions or none does")
+
     def up(values, dtype=torch.long) -> torch.Tensor:  # host -> device without a blocking copy (a stream sync each)
         host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
         return host.to(device, non_blocking=True)
