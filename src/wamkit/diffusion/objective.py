@@ -121,8 +121,11 @@ class ModeObjective:
         if all(s.latents is not None for s in samples):
             return None
         device = next(self.model.parameters()).device
-        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        if stream is not None:
+        stream = None
+        if device.type == "cuda":
+            if getattr(self, "_encode_stream", None) is None:
+                self._encode_stream = torch.cuda.Stream(device)  # one for the run: encodes stay in order
+            stream = self._encode_stream
             stream.wait_stream(torch.cuda.current_stream(device))  # after everything queued so far
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             latents = [x.to(device, non_blocking=True) for x in self.encode_videos([s.video for s in samples])]
