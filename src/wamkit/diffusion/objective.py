@@ -55,6 +55,7 @@ class ModeObjective:
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
         self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
         self.last_encode_flops = 0.0  # the video encode's share of the latest call (0 from a latent cache)
+        self._encode_stream = None  # encode_ahead's side stream on CUDA, one for the run: encodes stay in order
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
@@ -123,8 +124,8 @@ class ModeObjective:
         device = next(self.model.parameters()).device
         stream = None
         if device.type == "cuda":
-            if getattr(self, "_encode_stream", None) is None:
-                self._encode_stream = torch.cuda.Stream(device)  # one for the run: encodes stay in order
+            if self._encode_stream is None:
+                self._encode_stream = torch.cuda.Stream(device)
             stream = self._encode_stream
             stream.wait_stream(torch.cuda.current_stream(device))  # after everything queued so far
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
