@@ -180,3 +180,23 @@ def test_the_first_steps_memory_line_signs_the_estimates_error():
     assert "peak 36.4 GiB" in short and "(-10%)" in short and "30.1 GiB while building" in short
     assert "(+1%)" in memory.measured_line(73.4, 74.0, 29.0)
     assert "estimate" not in memory.measured_line(5.0, None, 4.0)
+
+
+def test_the_trainers_gate_counts_the_tokens_dry_run_counts_for_a_bundle_and_a_dataset(tmp_path, demo_root):
+    """The gate's estimate needs a sample's token count before any batch: a sim-bimanual bundle's
+    frames (it had none, so bundle runs trained ungated) and a LeRobot dataset's canvas, the same
+    count `--dry-run` prints."""
+    from tests.bimanual.tiny import recipe, tiny_overrides
+    from tests.helpers import DEMO_RECIPE, quick_overrides
+    from wamkit.bimanual import write_synthetic_bundle
+    from wamkit.config import load_experiment
+    from wamkit.train.dry_run import _token_lines
+    from wamkit.train.trainer import Trainer
+
+    bundle = write_synthetic_bundle(tmp_path / "bundle", samples=8)
+    runs = [load_experiment(recipe(0), tiny_overrides(bundle, tmp_path, "bundle_run", 1)),
+            load_experiment(DEMO_RECIPE, [a for a in quick_overrides(demo_root, tmp_path, "demo_run", 1, 1) if a != "--set"])]
+    for cfg in runs:
+        trainer = Trainer(cfg, device="cpu")
+        tokens = trainer._tokens_per_sample()
+        assert tokens is not None and tokens == _token_lines(cfg, trainer.model, trainer.text_tokenizer)[1] > 0

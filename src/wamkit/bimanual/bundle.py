@@ -284,7 +284,10 @@ def build_bundle_run_data(cfg):
         "train_episodes": sorted({r["episode_id"] for r in bundle.samples if r["split"] == "train"}),
         "val_episodes": sorted({r["episode_id"] for r in bundle.samples if r["split"] == "val"}),
     }
-    return RunData(_BundleInfo(bundle.root, bundle.fps), train, val, transform, contract)
+    first_train = next((r for r in bundle.samples if r["split"] == "train"), None)
+    return RunData(_BundleInfo(bundle.root, bundle.fps), train, val, transform, contract,
+                   frame_size=tuple(int(n) for n in bundle.manifest["frame_size"]),
+                   example_task=first_train["caption"] if first_train else None)
 
 
 # ---- validation ---------------------------------------------------------------------------------

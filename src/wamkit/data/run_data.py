@@ -35,6 +35,10 @@ class RunData:
     val_windows: WindowDataset | None
     transform: SampleTransform
     contract: dict
+    # What a sample's token count follows from before any batch is read (the memory gate's estimate):
+    # the [H, W] frame the transformer sees and a training task's text. None where not known.
+    frame_size: tuple[int, int] | None = None
+    example_task: str | None = None
 
     def samples(self, split: str, cfg):
         """The split as a dataset of TrainingSamples: decoded video, or `data.latent_cache` latents."""

@@ -90,7 +90,9 @@ def build_run_data(cfg) -> RunData:
         "train_episodes": train_eps,
         "val_episodes": val_eps,
     }
-    return RunData(dataset, windows(train_eps), val_windows(val_eps), transform, contract)
+    views = [tuple(size) for size in contract["camera_sizes"]]
+    return RunData(dataset, windows(train_eps), val_windows(val_eps), transform, contract, frame_size=canvas.size(views),
+                   example_task=dataset.episode_task(train_eps[0]) if train_eps else None)
 
 
 def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):

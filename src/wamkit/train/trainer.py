@@ -196,14 +196,12 @@ class Trainer:
         return memory.fit_report(plan["counts"], plan["lora_counts"], plan["knobs"], plan["tokens"], plan["vae"], plan["usable"])
 
     def _tokens_per_sample(self) -> int | None:
-        """Packed tokens of one training sample: the canvas the cameras make, the first episode's prompt."""
-        views = [tuple(v) for v in self.data.contract.get("camera_sizes") or []]
-        episodes = self.data.contract.get("train_episodes") or []
-        if not views or not episodes or not hasattr(self.data.dataset, "episode_task"):
+        """Packed tokens of one training sample: the frame the transformer sees (a LeRobot dataset's
+        canvas, a bundle's frames) and a training task's prompt."""
+        if self.data.frame_size is None or self.data.example_task is None:
             return None
-        prompt = self.cfg.data.prompt_template.format(task=self.data.dataset.episode_task(episodes[0]))
-        hw = self.data.transform.canvas.size(views)
-        return memory.token_counts(self.cfg, self.model.config, hw, len(self.text_tokenizer.encode(prompt)))["total"]
+        prompt = self.cfg.data.prompt_template.format(task=self.data.example_task)
+        return memory.token_counts(self.cfg, self.model.config, self.data.frame_size, len(self.text_tokenizer.encode(prompt)))["total"]
 
     def _out_of_memory(self, exc: Exception) -> memory.GPUMemoryError:
         """An out-of-memory error that the gate did not foresee, in a few lines with the same advice."""
