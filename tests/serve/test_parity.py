@@ -36,7 +36,7 @@ def _training_sequence(run_dir, loaded, sample):
 
     generator = torch.Generator().manual_seed(0)
     params = list(inspect.signature(objective.__call__).parameters)
-    generators = [generator] if params[-1] == "generators" else generator
+    generators = [generator] if "generators" in params else generator
     original = objective_module.pack_samples
     objective_module.pack_samples = capture
     try:
