@@ -200,3 +200,41 @@ def test_the_trainers_gate_counts_the_tokens_dry_run_counts_for_a_bundle_and_a_d
         trainer = Trainer(cfg, device="cpu")
         tokens = trainer._tokens_per_sample()
         assert tokens is not None and tokens == _token_lines(cfg, trainer.model, trainer.text_tokenizer)[1] > 0
+
+
+def test_wamkit_distill_refuses_a_run_that_cannot_fit_naming_the_gpu_count_that_does(tmp_path, monkeypatch):
+    """`wamkit distill` gates like `wamkit train`: before any model is on the GPU, the estimate of every
+    model its method holds against the usable memory. Here the GPU is made small (the check runs on the
+    CPU's stand-ins for it); the refusal names the estimate and the smallest GPU count that fits."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tests.bimanual.tiny import recipe, tiny_overrides
+    from wamkit.bimanual import write_synthetic_bundle
+    from wamkit.distill import load_distill_recipe
+    from wamkit.distill.trainer import DistillTrainer
+    from wamkit.train import parallel
+    from wamkit.train.setup import build_run_data, build_tokenizers
+
+    bundle = write_synthetic_bundle(tmp_path / "bundle", samples=8)
+    cfg, dcfg = load_distill_recipe(recipe(3), tiny_overrides(bundle, tmp_path, "stage3", 1, load_path=str(tmp_path),
+                                                              extra={"model.text_tokenizer_path": '"byte"'}))
+    video_tok, text_tok = build_tokenizers(cfg, torch.device("cpu"))
+    stub = SimpleNamespace(cfg=cfg, dcfg=dcfg, device=torch.device("cuda"), channels=video_tok.latent_channels,
+                           data=build_run_data(cfg), text_tokenizer=text_tok, ctx=SimpleNamespace(world_size=1, is_main=True))
+    monkeypatch.setattr(parallel, "all_reduce_min", lambda value, ctx: value)
+    estimate = {}
+
+    def usable(device, gib=None):
+        return (estimate["usable"], 140 * memory.GIB)
+
+    monkeypatch.setattr(memory, "usable_bytes", usable)
+    estimate["usable"] = 1e12  # roomy: the estimate is returned (and logged)
+    fits = DistillTrainer._check_memory(stub)
+    assert fits is not None and fits > 0
+    estimate["usable"] = fits * 0.6  # one GPU is short; two halve the sharded models
+    with pytest.raises(memory.GPUMemoryError) as refused:
+        DistillTrainer._check_memory(stub)
+    text = str(refused.value)
+    assert "distillation (sf_dmd) needs an estimated" in text and "torchrun --nproc-per-node=2" in text

@@ -130,6 +130,7 @@ class DistillTrainer:
         # The run's model.attention; resolved as for fp32, so `auto` never picks flex (the block-causal
         # flex path is not tested for distillation).
         self.attention = attention_backend(cfg.model.attention, self.device, torch.float32)
+        self.gate_estimate = self._check_memory()  # before any model is on the GPU
         self.student = self._place("student", self._load_student)
         self.optimizer = build_optimizer(self.student, cfg.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, build_schedule(cfg.scheduler, cfg.trainer.max_iter))
@@ -150,6 +151,34 @@ class DistillTrainer:
         self.student_sigmas = sigma_schedule(dcfg.student_steps, dcfg.student_shift).tolist()
         self.order = SampleOrder(len(self.data.train_windows), cfg.job.seed)
         self.step = self.consumed = self.student_updates = self.critic_updates = 0
+
+    def _check_memory(self) -> float | None:
+        """On a GPU: the distillation's estimate (every model its method holds, memory.distill_total)
+        against the memory this process can use, logged; a run that cannot fit is refused with the
+        smallest GPU count that fits. None on the CPU, or when a sample's token count is unknown."""
+        from wamkit.train import memory
+        from wamkit.train.parallel import all_reduce_min
+
+        if self.device.type != "cuda" or self.cfg.parallel.activation_checkpointing not in memory.CHECKPOINTING_BY_SPEED:
+            return None
+        model = build_model(self.cfg, self.channels, "meta")  # counts only
+        tokens = memory.run_tokens_per_sample(self.cfg, model.config, self.data, self.text_tokenizer)
+        if tokens is None:
+            return None
+        counts, vae, method = memory.model_counts(model, self.cfg.lora.enabled), memory.vae_parameter_count(self.cfg), self.dcfg.method
+        usable = all_reduce_min(memory.usable_bytes(self.device)[0], self.ctx)
+        est = memory.distill_total(counts, self.cfg, self.ctx.world_size, tokens, vae, method)
+        if self.ctx.is_main:
+            print(f"[wamkit] memory estimate {est['total'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
+                  f"(distillation, {method}): {memory.format_estimate(est)}", flush=True)
+        if est["total"] > usable:
+            smallest = memory.smallest_distill_world(counts, self.cfg, tokens, vae, method, usable)
+            raise memory.GPUMemoryError(
+                f"{self.cfg.job.name}: memory", f"the distillation ({method}) needs an estimated {est['total'] / memory.GIB:.1f} GiB per "
+                f"GPU on {self.ctx.world_size} GPU(s), {usable / memory.GIB:.1f} GiB is usable",
+                f"run it on {smallest} GPUs (torchrun --nproc-per-node={smallest}, or nodes that add up to it)" if smallest else
+                f"no GPU count up to {memory.WORLD_SIZES[-1]} fits: fewer trainer.samples_per_step or a shorter data.chunk_length")
+        return est["total"]
 
     @property
     def global_batch(self) -> int:
@@ -471,11 +500,19 @@ class DistillTrainer:
         stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
                               self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size)
         self.student.train()
+        setup_peak = self._reset_peak_memory()
         try:
             while self.step < cfg.max_iter:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
+                if setup_peak is not None and main:  # this process's first step: its peak beside the gate's estimate
+                    from wamkit.train import memory
+
+                    estimate = None if self.gate_estimate is None else self.gate_estimate / memory.GIB
+                    print(f"[wamkit] {memory.measured_line(torch.cuda.max_memory_allocated(self.device) / memory.GIB, estimate, setup_peak)}",
+                          flush=True)
+                setup_peak = None
                 record["samples_per_s"] = self.global_batch / (time.perf_counter() - t0)
                 if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
@@ -485,6 +522,17 @@ class DistillTrainer:
             if logger is not None:
                 logger.close()
         return self.summary()
+
+    def _reset_peak_memory(self) -> float | None:
+        """On a GPU, the build's peak (GiB), then torch's peak counter reset: the first step's own
+        peak is what the estimate models. None on the CPU."""
+        if self.device.type != "cuda":
+            return None
+        from wamkit.train import memory
+
+        peak = torch.cuda.max_memory_allocated(self.device) / memory.GIB
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
 
     def summary(self) -> dict:
         return {"run_dir": str(self.run_dir), "step": self.step, "method": self.dcfg.method,

@@ -109,23 +109,19 @@ def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
 def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usable: float) -> list[str]:
     """The distillation estimate at 1, 2 and 8 GPUs and the smallest GPU count it fits (the single-model
     advice does not apply: a distillation holds several whole models and takes no LoRA)."""
-    from wamkit.model.tokenizer import TEMPORAL_FACTOR
     from wamkit.train import memory
 
     if cfg.parallel.activation_checkpointing == "auto":
         return ["distillation: parallel.activation_checkpointing = 'auto' is resolved by `wamkit train` only; "
                 "`wamkit distill` refuses it (set 'none' or 'selective')"]
-    frames = cfg.data.chunk_length // TEMPORAL_FACTOR
-    chunks = -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
+    chunks = memory.distill_chunks(cfg)
     counts = memory.model_counts(model, cfg.lora.enabled)
-    total = lambda world: memory.distill_estimate(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae,  # noqa: E731
-                                                  dcfg.method, chunks)
     lines = [f"distillation ({dcfg.method}): the student, its EMA model and the "
              + ("frozen teacher" if dcfg.method == "tf_dcm" else f"frozen reference and the critic; the student turn keeps {chunks} chunks' activations")]
     for world in (1, 2, 8):
-        est = total(world)
+        est = memory.distill_total(counts, cfg, world, tokens_per_sample, vae, dcfg.method)
         lines.append(f"{world} GPU{'s' if world > 1 else ''}: {memory.format_estimate(est)}  -> {'fits' if est['total'] <= usable else 'DOES NOT FIT'}")
-    smallest = next((w for w in memory.WORLD_SIZES if total(w)["total"] <= usable), None)
+    smallest = memory.smallest_distill_world(counts, cfg, tokens_per_sample, vae, dcfg.method, usable)
     lines.append(f"the smallest GPU count that fits: {smallest}" if smallest else
                  f"no GPU count up to {memory.WORLD_SIZES[-1]} fits (fewer samples per step or a shorter clip would)")
     return lines

@@ -277,6 +277,33 @@ def advice(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, t
     return smallest, options
 
 
+def run_tokens_per_sample(cfg, model_config, data, text_tokenizer) -> int | None:
+    """Packed tokens of one training sample before any batch is read: the frame the transformer sees
+    and a training task's prompt (wamkit.data.run_data.RunData); None where they are not known."""
+    if data.frame_size is None or data.example_task is None:
+        return None
+    prompt = cfg.data.prompt_template.format(task=data.example_task)
+    return token_counts(cfg, model_config, data.frame_size, len(text_tokenizer.encode(prompt)))["total"]
+
+
+def distill_total(counts: ModelCounts, cfg, world: int, tokens_per_sample: int, vae_params: int, method: str) -> dict[str, float]:
+    """A distillation run's estimate on `world` GPUs (distill_estimate), with the chunks its student
+    turn keeps from the run's clip and chunking: what `--dry-run` prints and `wamkit distill` gates on."""
+    return distill_estimate(counts, Knobs.from_config(cfg, world), tokens_per_sample, vae_params, method, distill_chunks(cfg))
+
+
+def distill_chunks(cfg) -> int:
+    """Chunks of a clip whose activations the student turn keeps (1 when bidirectional)."""
+    from wamkit.model.tokenizer import TEMPORAL_FACTOR
+
+    frames = cfg.data.chunk_length // TEMPORAL_FACTOR
+    return -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
+
+
+def smallest_distill_world(counts: ModelCounts, cfg, tokens_per_sample: int, vae_params: int, method: str, usable: float) -> int | None:
+    return next((w for w in WORLD_SIZES if distill_total(counts, cfg, w, tokens_per_sample, vae_params, method)["total"] <= usable), None)
+
+
 class GPUMemoryError(WamkitError):
     """A run does not fit the GPU's memory: the estimate, the GPU count that fits, the knobs that do."""
 

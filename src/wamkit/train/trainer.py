@@ -198,10 +198,7 @@ class Trainer:
     def _tokens_per_sample(self) -> int | None:
         """Packed tokens of one training sample: the frame the transformer sees (a LeRobot dataset's
         canvas, a bundle's frames) and a training task's prompt."""
-        if self.data.frame_size is None or self.data.example_task is None:
-            return None
-        prompt = self.cfg.data.prompt_template.format(task=self.data.example_task)
-        return memory.token_counts(self.cfg, self.model.config, self.data.frame_size, len(self.text_tokenizer.encode(prompt)))["total"]
+        return memory.run_tokens_per_sample(self.cfg, self.model.config, self.data, self.text_tokenizer)
 
     def _out_of_memory(self, exc: Exception) -> memory.GPUMemoryError:
         """An out-of-memory error that the gate did not foresee, in a few lines with the same advice."""
