@@ -57,6 +57,7 @@ from wamkit.model.attention_backends import attention_backend, install_packed_at
 from wamkit.model.packing import SequenceSample, pack_samples
 from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
+from wamkit.train import memory
 from wamkit.train.ema import EMA
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
@@ -156,7 +157,6 @@ class DistillTrainer:
         """On a GPU: the distillation's estimate (every model its method holds, memory.distill_total)
         against the memory this process can use, logged; a run that cannot fit is refused with the
         smallest GPU count that fits. None on the CPU, or when a sample's token count is unknown."""
-        from wamkit.train import memory
         from wamkit.train.parallel import all_reduce_min
 
         if self.device.type != "cuda" or self.cfg.parallel.activation_checkpointing not in memory.CHECKPOINTING_BY_SPEED:
@@ -500,18 +500,14 @@ class DistillTrainer:
         stream = batch_stream(self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
                               self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size)
         self.student.train()
-        setup_peak = self._reset_peak_memory()
+        setup_peak = memory.reset_peak(self.device) if self.device.type == "cuda" else None  # the steps' peak apart from the build's
         try:
             while self.step < cfg.max_iter:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
                 if setup_peak is not None and main:  # this process's first step: its peak beside the gate's estimate
-                    from wamkit.train import memory
-
-                    estimate = None if self.gate_estimate is None else self.gate_estimate / memory.GIB
-                    print(f"[wamkit] {memory.measured_line(torch.cuda.max_memory_allocated(self.device) / memory.GIB, estimate, setup_peak)}",
-                          flush=True)
+                    print(f"[wamkit] {memory.first_step_line(self.device, self.gate_estimate, setup_peak)}", flush=True)
                 setup_peak = None
                 record["samples_per_s"] = self.global_batch / (time.perf_counter() - t0)
                 if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
@@ -522,17 +518,6 @@ class DistillTrainer:
             if logger is not None:
                 logger.close()
         return self.summary()
-
-    def _reset_peak_memory(self) -> float | None:
-        """On a GPU, the build's peak (GiB), then torch's peak counter reset: the first step's own
-        peak is what the estimate models. None on the CPU."""
-        if self.device.type != "cuda":
-            return None
-        from wamkit.train import memory
-
-        peak = torch.cuda.max_memory_allocated(self.device) / memory.GIB
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return peak
 
     def summary(self) -> dict:
         return {"run_dir": str(self.run_dir), "step": self.step, "method": self.dcfg.method,

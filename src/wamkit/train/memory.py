@@ -190,6 +190,20 @@ def format_estimate(est: dict[str, float]) -> str:
     return "  ".join(f"{k} {v / GIB:.2f}" for k, v in est.items())
 
 
+def reset_peak(device: torch.device) -> float:
+    """The peak allocated so far (GiB: the build's and a resume's transients), then torch's peak
+    counter reset, so that the next peak read is the steps' own, the one the estimate models."""
+    peak = torch.cuda.max_memory_allocated(device) / GIB
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
+def first_step_line(device: torch.device, estimate_bytes: float | None, setup_peak_gib: float) -> str:
+    """measured_line for the step just run on `device`, against the gate's estimate in bytes."""
+    return measured_line(torch.cuda.max_memory_allocated(device) / GIB, None if estimate_bytes is None else estimate_bytes / GIB,
+                         setup_peak_gib)
+
+
 def measured_line(step_peak_gib: float, estimate_gib: float | None, setup_peak_gib: float) -> str:
     """What the trainer logs after its first step: the step's peak beside the estimate (its error on
     the run's own shape, signed: negative means the estimate was short) and the build's peak, which

@@ -336,8 +336,7 @@ class Trainer:
         self.model.train()
         throughput = Throughput(self.device, self.parallel_degree)
         if self.device.type == "cuda":  # the steps' peak apart from the build's and a resume's transients
-            self.setup_peak_gib = torch.cuda.max_memory_allocated(self.device) / memory.GIB
-            torch.cuda.reset_peak_memory_stats(self.device)
+            self.setup_peak_gib = memory.reset_peak(self.device)
             if main:
                 print(f"[wamkit] device {self.device} ({torch.cuda.get_device_name(self.device)}); model built in {self.build_seconds:.1f} s", flush=True)
         try:
@@ -368,8 +367,7 @@ class Trainer:
 
     def _memory_note(self) -> str:
         """The first step's measured peak beside the estimate the gate used (memory.measured_line)."""
-        estimate = self.gate_plan["estimate"] / memory.GIB if self.gate_plan else None
-        return memory.measured_line(torch.cuda.max_memory_allocated(self.device) / memory.GIB, estimate, self.setup_peak_gib)
+        return memory.first_step_line(self.device, self.gate_plan["estimate"] if self.gate_plan else None, self.setup_peak_gib)
 
     def _train_loop(self, stream, bar, logger, throughput) -> None:
         """Step until max_iter: log, validate and save on their schedules."""
