@@ -182,6 +182,45 @@ def test_text_kv_cache_is_exact_and_skips_the_text_after_step_one(real_model, gu
     assert und_lens == [steps_cached[0]] * 4
 
 
+def test_text_kv_reused_across_calls_with_the_same_prompts_and_weights(real_model):
+    """With reuse_text_kv a later call packing the same prompts runs no text token at all, and
+    still equals a call computed from scratch; another prompt, or weights changed in place,
+    record again."""
+    processor = install_packed_attention(real_model)
+    und_lens = []
+    real_forward = real_model.forward
+
+    def spy(**kw):
+        und_lens.append(kw["und_len"])
+        return real_forward(**kw)
+
+    def call(observations, seed, reuse=True):
+        und_lens.clear()
+        out = sample_policy(real_model, processor, PixelTokenizer(8), ByteTokenizer(32), observations, num_steps=3, shift=2.0,
+                            generator=torch.Generator().manual_seed(seed), fps=10.0, reuse_text_kv=reuse)
+        return out, list(und_lens)
+
+    same = [_obs(0), _obs(1)]
+    real_model.forward = spy
+    try:
+        _, first = call(same, 1)
+        again, second = call([_obs(0), _obs(1)], 2)
+        fresh, recorded = call(same, 2, reuse=False)
+        _, other_prompt = call([_obs(0), _obs(1, prompt="push the puck to the goal")], 2)
+        _, back = call(same, 3)
+        with torch.no_grad():
+            real_model.action_modality_embed.mul_(1.0)  # a counted in-place write, values unchanged
+        _, after_write = call(same, 3)
+    finally:
+        del real_model.forward
+    assert first[0] > 0 and first[1:] == [0, 0]
+    assert second == [0, 0, 0]  # the text pathway never ran
+    assert recorded[0] > 0  # without reuse_text_kv every call records
+    torch.testing.assert_close(again, fresh, atol=1e-6, rtol=1e-5)
+    assert other_prompt[0] > 0 and back[0] > 0  # the buffers of that length held the other prompt's K/V
+    assert after_write[0] > 0
+
+
 def test_bad_inputs_are_rejected(real_model):
     bad = _obs(0)
     bad.frame = bad.frame.float()

@@ -82,7 +82,7 @@ def sample_policy(
     model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
     uncond_prompt: str = "", cache_text: bool = True, video_prediction: str = "velocity",
-    action_prediction: str = "velocity",
+    action_prediction: str = "velocity", reuse_text_kv: bool = False,
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -91,7 +91,8 @@ def sample_policy(
     with the same generator object gives the same noise) or one generator per observation.
     `guidance` > 1 mixes in an unconditional prediction (prompt `uncond_prompt`), packed in the
     same forward: v = v_u + g (v_c - v_u); guidance = 1.0 is off. `cache_text` computes the text
-    pathway once per call instead of once per step (exact; see wamkit.model.denoise).
+    pathway once per call instead of once per step (exact; see wamkit.model.denoise); with
+    `reuse_text_kv` also once for every later call with the same prompts (the weights must not change).
     `video_prediction` / `action_prediction`: what the network's video / action outputs are (the
     run's `diffusion.video_prediction` / `action_prediction`). An observation with `inpaint` is
     steered towards its committed actions (real-time chunking, wamkit.diffusion.rtc): one extra
@@ -142,7 +143,7 @@ def sample_policy(
     videos_t, rows_t, x0_t = torch.stack(videos), torch.stack(rows), torch.stack(x0_frames)
     masks_t = torch.stack(masks)[:, None]  # [n, 1, D]
     states_t = torch.stack([o.state.float() for o in observations]).to(device, non_blocking=True) if first else None
-    with DenoisingForward(model, processor, seqs, cache_text=cache_text) as forward:
+    with DenoisingForward(model, processor, seqs, cache_text=cache_text, reuse_text=reuse_text_kv) as forward:
         for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
             # RTC needs d x0_hat / d x_s: the noisy action rows take gradients (only the steered ones' are used)
             with torch.enable_grad() if steered else contextlib.nullcontext():

@@ -26,7 +26,10 @@ class PackedAttention:
         # Text K/V cache for repeated denoising forwards (see wamkit.model.denoise): "off", "record"
         # (full sequence; each layer's text K/V is copied into a persistent buffer) or "replay" (the
         # sequence holds generation tokens only; text K/V come from the buffers, layer by layer).
-        self.text_cache, self.text_cache_owner = "off", None
+        self.text_cache = "off"
+        # What each text length's buffers hold: the key of the forward that last recorded them completely
+        # (wamkit.model.denoise.DenoisingForward.text_key). Equal keys replay without recording again.
+        self._kv_holds: dict[int, object] = {}
         # One set per text length, never evicted: captured CUDA graphs (record and replay) read these
         # addresses, and a re-allocated set would split the two. Memory: layers x 2 x text x kv width.
         self._kv_sets: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -47,12 +50,26 @@ class PackedAttention:
     def clear(self) -> None:
         self.und_mask = self.gen_mask = None
 
-    def start_text_cache(self, owner, record: bool, text_length: int) -> None:
+    def start_text_cache(self, record: bool, text_length: int) -> None:
         """Before each forward of a cached loop: `record` runs the full sequence and fills the
-        buffers; otherwise the forward carries no text tokens and replays them."""
-        self.text_cache, self.text_cache_owner = ("record" if record else "replay"), owner
+        buffers (which hold nothing valid until `text_recorded`); otherwise the forward carries no
+        text tokens and replays them."""
+        self.text_cache = "record" if record else "replay"
+        if record:
+            self._kv_holds.pop(int(text_length), None)
         self._kv_buffers = self._kv_sets.setdefault(int(text_length), [])
         self.rewind_text_cache()
+
+    def text_recorded(self, key, text_length: int) -> None:
+        """A recording forward completed: the buffers of `text_length` hold the text K/V of `key`."""
+        self._kv_holds[int(text_length)] = key
+
+    def holds_text(self, key, text_length: int) -> bool:
+        return self._kv_holds.get(int(text_length)) == key
+
+    def forget_text_kv(self) -> None:
+        """The model's weights changed: no recorded text K/V may be replayed."""
+        self._kv_holds.clear()
 
     def rewind_text_cache(self) -> None:
         """Back to layer 0 (a forward visits the layers in order)."""
@@ -63,8 +80,8 @@ class PackedAttention:
         return self.und_mask, self.gen_mask, list(self._kv_buffers)
 
     def stop_text_cache(self) -> None:
-        """Back to plain forwards. The buffers keep the owner's K/V: if it comes back before anyone
-        records over them, it replays without recording again."""
+        """Back to plain forwards. The buffers keep what they hold: a forward with the same text key
+        that comes before anyone records over them replays without recording again."""
         self.text_cache = "off"
 
     def __call__(self, attn, und_seq, gen_seq, rotary_emb):

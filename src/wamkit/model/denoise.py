@@ -4,7 +4,13 @@ Across the denoising steps of one call only the noisy values and the noise level
 layout (positions, indexes, attention masks) is the same, so it is built and installed once. And
 the text pathway is causal over text alone, so its keys and values are identical at every step:
 with `cache_text`, step 1 runs the full sequence and records each layer's text K/V; later steps run
-only the generation tokens against the recorded K/V. Both are exact rewrites of the plain loop."""
+only the generation tokens against the recorded K/V. Both are exact rewrites of the plain loop.
+
+With `reuse_text` the recorded K/V outlive the call: they depend only on the packed text tokens and
+the weights, so a later call packing the same prompts (a robot's task text, request after request)
+replays them from its first step and never runs the text pathway. The caller vouches that the weights
+do not change behind the model's back (wamkit.policy.Policy, whose weights are loaded once);
+in-place writes that torch counts (optimizer steps, copies under no_grad) end the reuse anyway."""
 
 from __future__ import annotations
 
@@ -40,12 +46,15 @@ class DenoisingForward:
     processor to be wamkit's PackedAttention (or its flex subclass); any other processor runs the
     full sequence every step."""
 
-    def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True):
+    def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True, reuse_text: bool = False):
         self.model, self.processor = model, processor
         self.batch = pack_samples(samples, model.config)
         self.dtype = next(model.parameters()).dtype
-        self.cache_text = cache_text and isinstance(processor, PackedAttention) and self.batch.forward_kwargs["und_len"] > 0
+        self.und_len = int(self.batch.forward_kwargs["und_len"])
+        self.cache_text = cache_text and isinstance(processor, PackedAttention) and self.und_len > 0
         self._text_kwargs = without_text(self.batch.forward_kwargs) if self.cache_text else None
+        # What the recorded text K/V are a function of; this object alone when they must not outlive the call.
+        self.text_key = text_key(model, samples, self.dtype) if reuse_text else self
         self._layout = None
 
     def __enter__(self) -> "DenoisingForward":
@@ -60,7 +69,7 @@ class DenoisingForward:
 
     def __call__(self, videos: list[torch.Tensor], actions: list[torch.Tensor] | None, sigma: float):
         """One forward at noise level `sigma` (the same for every noisy token of the batch)."""
-        replay = self.cache_text and self.processor.text_cache_owner is self
+        replay = self.cache_text and self.processor.holds_text(self.text_key, self.und_len)
         kwargs = dict(self._text_kwargs if replay else self.batch.forward_kwargs)
         kwargs["vision_tokens"] = [v.to(self.dtype).unsqueeze(0) for v in videos]
         kwargs["vision_timesteps"] = torch.full_like(kwargs["vision_timesteps"], float(sigma) * 1000.0)
@@ -68,5 +77,15 @@ class DenoisingForward:
             kwargs["action_tokens"] = [a.to(self.dtype) for a in actions]
             kwargs["action_timesteps"] = torch.full_like(kwargs["action_timesteps"], float(sigma) * 1000.0)
         if self.cache_text:
-            self.processor.start_text_cache(self, record=not replay, text_length=self.batch.forward_kwargs["und_len"])
-        return self.model(**kwargs)
+            self.processor.start_text_cache(record=not replay, text_length=self.und_len)
+        out = self.model(**kwargs)
+        if self.cache_text and not replay:
+            self.processor.text_recorded(self.text_key, self.und_len)
+        return out
+
+
+def text_key(model, samples: list[SequenceSample], dtype: torch.dtype) -> tuple:
+    """The packed text (every sample's token ids, in pack order), the compute dtype and the weights'
+    identity and in-place write count: equal keys mean equal text K/V in every layer."""
+    weights = [*model.parameters(), *model.buffers()]
+    return (tuple(tuple(s.text_ids) for s in samples), dtype, id(model), len(weights), sum(t._version for t in weights))

@@ -43,7 +43,10 @@ class Policy(ContractModel):
         instead of once per denoising step (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
         encode from CUDA graphs captured per shape (the first request of each new shape pays the
         capture). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
-        rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys."""
+        rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys.
+        The text pathway's K/V are kept from one call to the next with the same prompts (a robot's
+        task text): a Policy's weights are loaded once. Changing them in place behind its back
+        through `.data` is not seen: call `self.processor.forget_text_kv()` after doing so."""
         if not float(rtc_max_guidance) >= 0:
             raise WamkitError("rtc_max_guidance", f"is {rtc_max_guidance}", "use a guidance clip >= 0 (the paper uses 5)")
         self._init_contract(loaded)
@@ -69,6 +72,7 @@ class Policy(ContractModel):
 
         check_fp8_device(self.device)
         self.fp8_linears = quantize_generation_linears(self.model)
+        self.processor.forget_text_kv()
         if self.graphs is not None:
             self.graphs.cache.clear()
         return self.fp8_linears
@@ -243,6 +247,7 @@ class Policy(ContractModel):
             num_steps=num_steps or self.num_steps, shift=shifts.pop(), generator=generator, fps=self.fps,
             guidance=self.guidance if guidance is None else guidance, cache_text=self.cache_text,
             video_prediction=self.video_prediction, action_prediction=self.action_prediction,
+            reuse_text_kv=self.cache_text,
         )
 
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,

@@ -123,7 +123,7 @@ class ContextParallelAttention(PackedAttention):
         self.inner.clear()
         self.und_mask = self.gen_mask = None
 
-    def start_text_cache(self, owner, record: bool, text_length: int) -> None:
+    def start_text_cache(self, record: bool, text_length: int) -> None:
         raise ConfigError("parallel.context_parallel_degree", "context parallelism splits training forwards only",
                           "sample/serve with context_parallel_degree = 1")
 
