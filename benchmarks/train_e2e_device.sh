@@ -8,8 +8,6 @@
 #                                                       # online on a cold machine (the first step's compile split is in its log)
 #   PHASE=rows   bash benchmarks/train_e2e_device.sh   # nvidia-h200: the online rows again on a cold machine (so101 first:
 #                                                       # its launch -> first step with the VAE warm-up), g1_simple_1gpu, droid_1gpu
-#   PHASE=ahead  bash benchmarks/train_e2e_device.sh   # nvidia-h200: so101 online with model.encode_ahead off, then on (A/B:
-#                                                       # step time, MFU, peak against the estimate)
 #   PHASE=fullft bash benchmarks/train_e2e_device.sh   # nvidia-h200, carry [".whl", ".whl_lowbit"]: g1_simple_1gpu_full (8-bit AdamW)
 #   PHASE=2gpu   bash benchmarks/train_e2e_device.sh   # nvidia-h200-x2: g1_simple and droid on 2 GPUs
 #   PHASE=harness bash benchmarks/train_e2e_device.sh  # the packed forward/backward alone
@@ -61,8 +59,6 @@ case "${PHASE:-1gpu-a}" in
           python3 benchmarks/vae_encode.py --sizes 256x320 --frames 33 --batch 8 --repeats 3 2>&1 | tee $OUT/vae_encode_g1.txt ;;
   rows) WAMKIT_SYNC_DEBUG=1 python3 $E2E --gpus 1 --recipes so101_fd_chunk16 g1_simple_1gpu droid_1gpu 2>&1 | tee $OUT/e2e_rows_online.txt
         grep -h "first step done\|startup:\|warmed up\|memory: peak\|synchronised" /tmp/wamkit_e2e/*.log ;;
-  ahead) python3 $E2E --gpus 1 --recipes so101_fd_chunk16 2>&1 | tee $OUT/e2e_ahead_off.txt
-         python3 $E2E --gpus 1 --recipes so101_fd_chunk16 --set model.encode_ahead=true 2>&1 | tee $OUT/e2e_ahead_on.txt ;;
   fullft) # the G1 full fine-tune on one H200 with the 8-bit AdamW (carry [".whl", ".whl_lowbit"]), online then from the cache
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full 2>&1 | tee $OUT/e2e_fullft_online.txt
           python3 $E2E --gpus 1 --recipes g1_simple_1gpu_full --latent-cache 2>&1 | tee $OUT/e2e_fullft_cache.txt ;;

@@ -73,20 +73,3 @@ def test_adamw8bit_keeps_8bit_moments_for_large_matrices():
     opt.step()
     state = opt.state[model[0].weight]
     assert type(state["exp_avg"]).__name__ == "OptimState8bit" and state["exp_avg"].codes.dtype == torch.uint8
-
-
-def test_encode_ahead_trains_the_same_steps_and_resumes_exactly(demo_root, tmp_path):
-    """model.encode_ahead reads each next micro-batch early and starts its encode (a second stream on
-    CUDA, in line here): the losses are the ones of a run without it, with gradient accumulation, and a
-    SIGKILL after a save resumes to the same sequence (the batch read ahead was not consumed)."""
-    n = 4
-    accumulate = ["--set", "trainer.grad_accum_iter=2"]
-    run_cli(["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "plain", 2 * n, n), *accumulate])
-    args = ["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "ahead", 2 * n, n), *accumulate,
-            "--set", "model.encode_ahead=true"]
-    killed = run_cli(args, env={KILL_AFTER_SAVE: str(n)}, check=False)
-    assert killed.returncode == -signal.SIGKILL
-    run_cli(args)
-    plain, ahead = _losses(tmp_path / "plain"), _losses(tmp_path / "ahead")
-    assert len(plain) == len(ahead) == 2 * n
-    assert plain == ahead  # bit-identical on CPU

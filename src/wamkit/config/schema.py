@@ -120,12 +120,6 @@ class ModelConfig:
     # frame; the log's first-step line says how long). Runs from a latent cache (data.latent_cache) never
     # encode and do not compile it.
     compile_vae: bool = True
-    # Encode the next micro-batch's clips on a second CUDA stream while this one's forward and
-    # backward run (wamkit.diffusion.objective.PendingLatents): the encode is a third of an online
-    # step, and the two can share the GPU. The same latents and losses as off (tested on the CPU,
-    # where it runs in line). Its speed and the memory the overlapping encode adds are not yet
-    # measured on a GPU (benchmarks/RESULTS.md), so it is off by default.
-    encode_ahead: bool = False
     pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
     text_tokenizer_path: str = ""  # "" -> the base checkpoint's own tokenizer, bytes without a base; "byte"; or a tokenizer directory
     max_text_tokens: int = 64

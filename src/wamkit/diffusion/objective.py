@@ -12,7 +12,6 @@ channels carry neither noise nor loss."""
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -55,7 +54,6 @@ class ModeObjective:
         self.last_modes: list[str] = []  # the modes of the latest call, for logging and tests
         self.last_flops, self.last_tokens = 0.0, 0  # useful work of the latest call (wamkit.model.flops)
         self.last_encode_flops = 0.0  # the video encode's share of the latest call (0 from a latent cache)
-        self._encode_stream = None  # encode_ahead's side stream on CUDA, one for the run: encodes stay in order
         self.timer = None  # a wamkit.train.step_timer.StepTimer: the encode phase ends inside a call
         self.model = model
         self.weight_grads = generation_weights_train(model)  # MFU counts a LoRA run's frozen generation weights at 2x
@@ -101,36 +99,15 @@ class ModeObjective:
         factor = self.video_tokenizer.spatial_factor  # cached latents: the canvas they were encoded from
         return sample.latents.shape[-2] * factor, sample.latents.shape[-1] * factor
 
-    def latents_of(self, samples, pending: "PendingLatents | None" = None) -> list[torch.Tensor]:
-        """Cached latents where the samples carry them, else the encode `pending` started for them
-        (encode_ahead), else tokenize the videos now; as residuals from latent frame 0 with
-        `diffusion.video_residual`."""
+    def latents_of(self, samples) -> list[torch.Tensor]:
+        """Cached latents where the samples carry them, else tokenize the videos now; as residuals
+        from latent frame 0 with `diffusion.video_residual`."""
         if all(s.latents is not None for s in samples):
             latents = [s.latents for s in samples]
             self.last_encode_flops = 0.0
-        elif pending is not None:
-            latents = pending.take()
-            self.last_encode_flops = pending.flops
         else:
             latents = self.encode_videos([s.video for s in samples])
         return [to_video_residual(x) for x in latents] if self.video_residual else latents
-
-    def encode_ahead(self, samples) -> "PendingLatents | None":
-        """Start tokenizing `samples`' clips now, on a second stream on CUDA, for a later
-        `__call__(samples, ..., pending=...)`: the next micro-batch's encode then shares the GPU with
-        this one's forward and backward. In line on the CPU; None for cached latents."""
-        if all(s.latents is not None for s in samples):
-            return None
-        device = next(self.model.parameters()).device
-        stream = None
-        if device.type == "cuda":
-            if self._encode_stream is None:
-                self._encode_stream = torch.cuda.Stream(device)
-            stream = self._encode_stream
-            stream.wait_stream(torch.cuda.current_stream(device))  # after everything queued so far
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            latents = [x.to(device, non_blocking=True) for x in self.encode_videos([s.video for s in samples])]
-        return PendingLatents(latents, self.last_encode_flops, stream)
 
     def sample_mode(self, generator: torch.Generator) -> str:
         """A fixed mode draws nothing (the generator stream stays the policy-only one); mixed draws
@@ -139,14 +116,13 @@ class ModeObjective:
             return self.mode
         return SAMPLE_MODES[int(torch.multinomial(self.mode_weights, 1, generator=generator))]
 
-    def __call__(self, samples, generators: list[torch.Generator], pending: "PendingLatents | None" = None) -> StepLosses:
+    def __call__(self, samples, generators: list[torch.Generator]) -> StepLosses:
         """One generator per sample, keyed by the sample's global position in the data stream, so
-        the noise a sample gets does not depend on how samples are split across ranks. `pending`:
-        these samples' encode, started earlier by `encode_ahead`."""
+        the noise a sample gets does not depend on how samples are split across ranks."""
         if len(generators) != len(samples):
             raise ValueError(f"{len(samples)} samples but {len(generators)} generators")
         device = next(self.model.parameters()).device
-        latents = [x.to(device, non_blocking=True) for x in self.latents_of(samples, pending)]  # cached latents come from the host
+        latents = [x.to(device, non_blocking=True) for x in self.latents_of(samples)]  # cached latents come from the host
         if self.timer is not None:
             self.timer.mark("encode")
         shift = self.shift_for(samples[0])
@@ -276,24 +252,6 @@ class ModeObjective:
         counts = torch.tensor([float(n_video), float(n_action)], dtype=torch.float64, device=device)
         dist.all_reduce(counts)  # context-parallel ranks count their (shared) samples k times, and world holds k x dp
         return dist.get_world_size(), int(counts[0].item()), int(counts[1].item())
-
-
-@dataclass
-class PendingLatents:
-    """An encode queued on its own CUDA stream (or done, on the CPU): `take()` makes the current
-    stream wait for it and hands its latents over to that stream."""
-
-    latents: list[torch.Tensor]
-    flops: float
-    stream: "torch.cuda.Stream | None"
-
-    def take(self) -> list[torch.Tensor]:
-        if self.stream is not None:
-            current = torch.cuda.current_stream(self.latents[0].device)
-            current.wait_stream(self.stream)
-            for x in self.latents:  # allocated on the side stream, used on this one: not reused before
-                x.record_stream(current)
-        return self.latents
 
 
 def index_of(positions: list[int], device: torch.device) -> slice | torch.Tensor:

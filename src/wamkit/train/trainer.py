@@ -129,7 +129,6 @@ class Trainer:
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
         self.timer = StepTimer(self.device)
-        self._ahead = None  # model.encode_ahead: the next micro-batch and its queued encode
 
     def _start_encoder_warmup(self) -> EncoderWarmup | None:
         """On a GPU, compile the VAE encoder (model.compile_vae) and start its warm-up on the clip
@@ -327,7 +326,6 @@ class Trainer:
             tracker = start_wandb(self.cfg, self.run_dir, self.local_dir, config_to_dict(self.cfg), self.data.contract)
             logger = MetricsLogger(self.local_dir, self.step, tracker)
         self._join_encoder_warmup()  # before the loader's workers fork from this process
-        self._ahead = None  # a batch read ahead belongs to the stream it came from
         stream = batch_stream(
             self.data.samples("train", self.cfg), self.order, self.consumed, cfg.samples_per_step,
             self.cfg.data.num_workers, self.dp_rank, self.dp_size,
@@ -428,12 +426,12 @@ class Trainer:
         data_wait, flops, tokens, encode = 0.0, 0.0, 0, 0.0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
             t0 = time.perf_counter()
-            samples, pending = self._next_micro_batch(stream)
+            samples = next(stream)
             data_wait += time.perf_counter() - t0
             timer.mark("data")
             first = self.consumed + self.dp_rank * cfg.samples_per_step
             generators = [sample_generator(self.cfg.job.seed, first + j) for j in range(len(samples))]
-            step_losses = self.objective(samples, generators, pending=pending)
+            step_losses = self.objective(samples, generators)
             (step_losses.total / cfg.grad_accum_iter).backward()
             timer.mark("forward_backward")
             # this rank's useful work: under context parallelism it computes 1/cp of each sequence
@@ -457,21 +455,6 @@ class Trainer:
         record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": float(self.optimizer.param_groups[0]["lr"]), "data_wait_s": data_wait}
         timer.mark("other")
         return {**record, "flops": flops, "tokens": tokens, "encode_flops": encode, **{f"time_{k}_s": v for k, v in timer.read().items()}}
-
-    def _next_micro_batch(self, stream):
-        """(samples, their pending encode or None). With model.encode_ahead the batch after this one
-        is read now and its encode queued on a second stream, to run beside this one's forward and
-        backward. It is not counted as consumed until it trains, so a checkpoint's data position and
-        a resume are the same as without."""
-        if not self.cfg.model.encode_ahead:
-            return next(stream), None
-        if self._ahead is None:
-            samples = next(stream)
-            self._ahead = (samples, self.objective.encode_ahead(samples))
-        current = self._ahead
-        upcoming = next(stream)
-        self._ahead = (upcoming, self.objective.encode_ahead(upcoming))
-        return current
 
     def _read_back(self, record: dict) -> dict:
         """A step's device values as numbers, read once (log and save steps): the losses averaged over
