@@ -142,6 +142,18 @@ def test_concurrent_clients_share_forwards_and_get_their_own_results(export_dir,
     assert not any(np.allclose(replies[0]["action"], o, atol=1e-4) for o in others)
 
 
+def test_a_lone_client_does_not_wait_for_the_batch_window(export_dir):
+    """A batch holding a request from every open connection is complete: with one client and a 60 s
+    window the reply comes without the wait (the old loop held every request for the window)."""
+    srv = PolicyServer(Policy.from_export(export_dir, num_steps=NUM_STEPS), host="127.0.0.1", port=0, seed=SEED,
+                       batch_window_ms=60_000, max_requests=2).start_in_thread()
+    client = WebsocketClientPolicy("127.0.0.1", srv.port)
+    timings = [client.infer(make_obs(3 + i))["server_timing"] for i in range(2)]
+    srv.stop()
+    srv.join(30)
+    assert all(t["batch_size"] == 1 and t["total_ms"] < 30_000 for t in timings), timings
+
+
 def test_request_mapping_camera_keys():
     img = np.zeros((8, 8, 3), np.uint8)
     obs, seed = observation_from_request({"images": {"observation.images.front": img}, "state": [1, 2], "prompt": "p"},

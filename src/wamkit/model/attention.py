@@ -227,12 +227,18 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """[M, H_kv, D] -> [M, heads, D], each K/V head repeated for its query group: what
+    repeat_interleave(dim=1) gives, as one copy kernel instead of an index computation and a gather."""
+    m, kv_heads, d = x.shape
+    return x[:, :, None].expand(m, kv_heads, heads // kv_heads, d).reshape(m, heads, d)
+
+
 def sdpa_attention(q, k, v, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
     """[N, H, D] queries over [M, H_kv, D] keys -> [N, H*D]. With a dense mask SDPA handles GQA; without
     one (plain causal / full attention) the K/V heads are expanded so SDPA's fused kernels apply."""
     if mask is None:
-        groups = q.shape[1] // k.shape[1]
-        k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+        k, v = expand_kv_heads(k, q.shape[1]), expand_kv_heads(v, q.shape[1])
         options = {"is_causal": causal}
     else:
         options = {"attn_mask": mask.to(q.device), "enable_gqa": True}

@@ -7,6 +7,8 @@ message naming the problem (openpi's client raises it as RuntimeError) - the con
 
 Requests that arrive within `batch_window_ms` of each other (from any connections) run as one
 batched sampling call in a worker thread, so the event loop keeps accepting while the model runs.
+A batch holding a request from every open connection is complete and runs at once: one client never
+waits for the window.
 `GET /healthz` on the same port answers 200 "ok". See docs/serving.md for the request keys.
 """
 
@@ -222,6 +224,7 @@ class PolicyServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._queue: asyncio.Queue | None = None
+        self._connections = 0  # open websocket connections: each has at most one request in flight
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self.warmed_up = threading.Event()  # /healthz answers 503 until it is set
@@ -344,6 +347,7 @@ class PolicyServer:
     async def _handle(self, websocket) -> None:
         from websockets.exceptions import ConnectionClosed
 
+        self._connections += 1
         try:
             await websocket.send(self._metadata)
             async for message in websocket:
@@ -356,6 +360,8 @@ class PolicyServer:
                     break
         except ConnectionClosed:
             pass
+        finally:
+            self._connections -= 1
 
     async def _answer(self, message, received: float, peer=None) -> bytes | str:
         try:
@@ -388,7 +394,8 @@ class PolicyServer:
         while True:
             batch = [await self._queue.get()]
             deadline = self._loop.time() + window
-            while len(batch) < self.config.max_batch:
+            # complete when every open connection has its request in (a connection sends one at a time)
+            while len(batch) < min(self.config.max_batch, max(1, self._connections)):
                 if not self._queue.empty():
                     batch.append(self._queue.get_nowait())
                     continue
