@@ -193,10 +193,12 @@ def profile_predict(policy, size: int, requests: int, warmup: int, batch: int = 
     encode, forward = sum(timer.totals["encode"]) / n, sum(timer.totals["forward"]) / n
     if policy.graphs is not None:  # same seed through the plain decoder stack: the graphs must not change the result
         fast = policy.predict_normalized(as_policy_obs(obs[0]), seed=1)
-        captures = policy.graphs.captures
+        whole = policy.forward_graphs
+        captures = (f"whole-forward {whole.captures}" + (f" (capture failed: {whole.failure})" if whole.failure else "")
+                    if whole is not None else "whole-forward off") + f", decoder-stack {policy.graphs.captures}"
         policy.disable_cuda_graphs()
         plain = policy.predict_normalized(as_policy_obs(obs[0]), seed=1)
-        print(f"decoder-stack CUDA graphs captured: {captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
+        print(f"CUDA graphs captured: {captures}; max |graphs - plain| over the chunk: {float((fast - plain).abs().max()):.3g}"
               f" (normalized actions, std {float(plain.std()):.3g})")
     total = float(np.median(totals))
     print(f"\n| phase (mean per chunk of {batch} observation(s), {n} chunks) | ms |\n| --- | ---: |")

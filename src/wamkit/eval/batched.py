@@ -123,8 +123,7 @@ class Timing:
 
 
 def _graph_captures(policy) -> int:
-    graphs = getattr(policy, "graphs", None)
-    return int(getattr(graphs, "captures", 0) or 0)
+    return int(getattr(policy, "graph_captures", 0) or 0)  # 0 for policies without CUDA graphs (ACT, DP, the CPU)
 
 
 def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool, timing: Timing) -> None:

@@ -8,10 +8,15 @@ buffers, and whatever else it reads (attention masks, recorded text K/V) is kept
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 class GraphCache:
@@ -67,6 +72,7 @@ class DecoderStackGraphs:
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.model, self.processor = model, processor
         self.cache = GraphCache(max_graphs)
+        self.bypass = False  # set while a whole-forward graph (ForwardGraphs) warms up or captures: part of that one
         self._plain = model._run_decoder_stack
         model._run_decoder_stack = self
 
@@ -81,7 +87,7 @@ class DecoderStackGraphs:
 
     def __call__(self, und_seq: torch.Tensor, gen_seq: torch.Tensor, rotary_emb: tuple):
         layout = getattr(self.processor, "layout_key", None)
-        if torch.is_grad_enabled() or layout is None:
+        if torch.is_grad_enabled() or layout is None or self.bypass:
             return self._plain(und_seq, gen_seq, rotary_emb)
         key = (layout, getattr(self.processor, "text_cache", "off"), tuple(und_seq.shape), tuple(gen_seq.shape), und_seq.dtype)
         return self.cache.run(key, self._run, [und_seq, gen_seq, *rotary_emb], keepalive=self.processor.captured_state())
@@ -91,6 +97,127 @@ class DecoderStackGraphs:
         if rewind is not None:
             rewind()
         return self._plain(inputs[0], inputs[1], tuple(inputs[2:]))
+
+
+class ForwardGraphs:
+    """Replaces `model.forward` on one CUDA model with whole-forward replay: the embeddings, the
+    patchify and timestep code, the decoder stack and the heads of one denoising step as one graph.
+    What DecoderStackGraphs leaves outside its graph is diffusers' per-sample Python: hundreds of
+    small kernels a step at policy batch sizes. Keyed like DecoderStackGraphs plus every
+    non-tensor argument (sequence length, token shapes). Training (grad enabled), inputs off the
+    GPU and unkeyed layouts run plainly; a capture that fails is said once, with its cause, and
+    every later call runs plainly (the decoder stack still replays its own graphs)."""
+
+    def __init__(self, model, processor, max_graphs: int = 16):
+        if not next(model.parameters()).is_cuda:
+            raise ValueError("CUDA graphs need the model on a CUDA device")
+        self.model, self.processor = model, processor
+        self.cache = GraphCache(max_graphs)
+        self.failure: str | None = None
+        self._plain = model.forward
+        model.forward = self
+
+    @property
+    def captures(self) -> int:
+        return self.cache.captures
+
+    def remove(self) -> None:
+        """Back to diffusers' forward (frees every graph)."""
+        self.model.forward = self._plain
+        self.cache.clear()
+
+    def __call__(self, **kwargs):
+        layout = getattr(self.processor, "layout_key", None)
+        tensors, structure = flatten_arguments(kwargs)
+        if torch.is_grad_enabled() or layout is None or self.failure is not None or not all(t.is_cuda for t in tensors):
+            return self._plain(**kwargs)
+        key = (layout, getattr(self.processor, "text_cache", "off"), structure,
+               tuple((tuple(t.shape), t.dtype) for t in tensors))
+
+        def run(inputs: list[torch.Tensor]):
+            rewind = getattr(self.processor, "rewind_text_cache", None)
+            if rewind is not None:
+                rewind()
+            with unchecked_domain_heads(self.model) if torch.cuda.is_current_stream_capturing() else contextlib.nullcontext():
+                return self._plain(**unflatten_arguments(inputs, structure))
+
+        stack = self.model._run_decoder_stack
+        if isinstance(stack, DecoderStackGraphs):
+            stack.bypass = True
+        try:
+            return self._replay(key, run, tensors)
+        finally:
+            if isinstance(stack, DecoderStackGraphs):
+                stack.bypass = False
+
+    def _replay(self, key, run, tensors: list[torch.Tensor]):
+        try:
+            return self.cache.run(key, run, tensors, keepalive=self.processor.captured_state())
+        except RuntimeError as exc:
+            self.failure = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+            self.cache.clear()
+            log.warning("wamkit: whole-forward CUDA graphs are off from now on, their capture failed (%s); "
+                        "the decoder stack still replays its own graphs", self.failure)
+            torch.cuda.synchronize()
+            return run(tensors)
+
+
+def flatten_arguments(kwargs: dict) -> tuple[list[torch.Tensor], tuple]:
+    """Keyword arguments -> (their tensors, in order, including those inside lists; a hashable
+    structure holding everything else). `unflatten_arguments` inverts it."""
+    tensors: list[torch.Tensor] = []
+
+    def leaf(value):
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            return ("tensor",)
+        if isinstance(value, (list, tuple)):
+            return (type(value).__name__, tuple(leaf(v) for v in value))
+        return ("value", value)
+
+    return tensors, tuple((name, leaf(value)) for name, value in kwargs.items())
+
+
+def unflatten_arguments(tensors: list[torch.Tensor], structure: tuple) -> dict:
+    supply = iter(tensors)
+
+    def build(node):
+        kind = node[0]
+        if kind == "tensor":
+            return next(supply)
+        if kind == "value":
+            return node[1]
+        items = [build(child) for child in node[1]]
+        return items if kind == "list" else tuple(items)
+
+    return {name: build(node) for name, node in structure}
+
+
+@contextlib.contextmanager
+def unchecked_domain_heads(model):
+    """While a forward is captured: the action heads without their domain-id range check, which reads
+    the ids back to the host (not allowed inside a capture). wamkit.model.packing checks the ids on
+    the host before they reach the GPU."""
+    from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
+
+    heads = [m for m in model.modules() if isinstance(m, DomainAwareLinear)]
+    for head in heads:
+        head.forward = types.MethodType(_domain_linear_unchecked, head)
+    try:
+        yield
+    finally:
+        for head in heads:
+            del head.forward
+
+
+def _domain_linear_unchecked(self, x: torch.Tensor, domain_id: torch.Tensor) -> torch.Tensor:
+    """diffusers' DomainAwareLinear.forward minus its range check (the same arithmetic; tested)."""
+    domain_id = domain_id.reshape(-1).to(device=x.device, dtype=torch.long)
+    weight = self.fc(domain_id).view(domain_id.shape[0], self.input_size, self.output_size)
+    bias = self.bias(domain_id).view(domain_id.shape[0], self.output_size)
+    if x.ndim == 2:
+        return torch.bmm(x.unsqueeze(1), weight).squeeze(1) + bias
+    return torch.bmm(x, weight) + bias.unsqueeze(1)
 
 
 def compile_pointwise(model, processor=None) -> int:

@@ -136,6 +136,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         cursor += n_vision
         n_gen = n_vision
         if s.actions is not None:
+            _check_domain(i, s.domain_id, getattr(config, "num_embodiment_domains", None))
             n_act = s.actions.shape[0]
             rows = s.noisy_action_rows()
             action_seq.append(torch.arange(cursor, cursor + n_act))
@@ -205,6 +206,14 @@ def _on_device(tensors: list[torch.Tensor], device, shape: tuple | None = None) 
         return []
     pieces = torch.cat(tensors).to(device, non_blocking=True).split([len(t) for t in tensors])
     return [p.reshape(shape) for p in pieces] if shape is not None else list(pieces)
+
+
+def _check_domain(i: int, domain_id: int, num_domains: int | None) -> None:
+    """On the host, before anything is on the GPU: the action heads' own check reads the ids back
+    from the device (a sync per head), which CUDA graphs of the whole forward skip."""
+    if num_domains is not None and not 0 <= int(domain_id) < int(num_domains):
+        raise ValueError(f"sample {i}: domain_id {domain_id} is outside the model's [0, {num_domains}) action domains; "
+                         "use the domain id the run trained with (its data contract's domain_id)")
 
 
 def _layout_of(s: SequenceSample) -> tuple:

@@ -20,7 +20,7 @@ from wamkit.data.canvas import compose_canvas, contract_padding
 from wamkit.diffusion.rtc import DEFAULT_MAX_GUIDANCE, InpaintTarget, soft_mask
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
 from wamkit.errors import WamkitError
-from wamkit.model.cuda_graphs import DecoderStackGraphs
+from wamkit.model.cuda_graphs import DecoderStackGraphs, ForwardGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
 from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
@@ -42,7 +42,8 @@ class Policy(ContractModel):
         steering off while keeping its cost). `cache_text`: compute the text pathway once per chunk
         instead of once per denoising step (exact). `cuda_graphs` (default: on for CUDA models): replay the decoder stack and the VAE
         encode from CUDA graphs captured per shape (the first request of each new shape pays the
-        capture). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
+        capture; the whole denoising forward is one graph where its capture works, else the decoder
+        stack alone). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
         rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys.
         The text pathway's K/V are kept from one call to the next with the same prompts (a robot's
         task text): a Policy's weights are loaded once. Changing them in place behind its back
@@ -59,6 +60,7 @@ class Policy(ContractModel):
         self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
+        self.forward_graphs = ForwardGraphs(self.model, self.processor) if use_graphs else None
         if use_graphs and hasattr(self.video_tokenizer, "enable_cuda_graphs"):
             self.video_tokenizer.enable_cuda_graphs()
         if device.type == "cuda" if compile_pointwise is None else compile_pointwise:
@@ -73,8 +75,9 @@ class Policy(ContractModel):
         check_fp8_device(self.device)
         self.fp8_linears = quantize_generation_linears(self.model)
         self.processor.forget_text_kv()
-        if self.graphs is not None:
-            self.graphs.cache.clear()
+        for graphs in (self.graphs, self.forward_graphs):
+            if graphs is not None:
+                graphs.cache.clear()
         return self.fp8_linears
 
     # ---- construction -------------------------------------------------------------------------
@@ -90,12 +93,20 @@ class Policy(ContractModel):
         """A directory written by wamkit.export.export_run."""
         return cls(load_from_export(directory, device=device), num_steps, guidance)
 
+    @property
+    def graph_captures(self) -> int:
+        """CUDA graphs captured so far (whole forwards and decoder stacks): each new shape costs one."""
+        return sum(g.captures for g in (self.graphs, self.forward_graphs) if g is not None)
+
     def shift_for(self, frame: torch.Tensor) -> float:
         """The same noise shift that training used for this frame size."""
         return self.training_shift(frame.shape[0], frame.shape[1])
 
     def disable_cuda_graphs(self) -> None:
         """Back to kernel-by-kernel launches (frees every captured graph)."""
+        if self.forward_graphs is not None:
+            self.forward_graphs.remove()
+            self.forward_graphs = None
         if self.graphs is not None:
             self.graphs.remove()
             self.graphs = None
