@@ -62,28 +62,40 @@ class GraphCache:
         return graph, static_in, static_out, keepalive
 
 
-class DecoderStackGraphs:
-    """Replaces `model._run_decoder_stack` on one CUDA model (the whole cost of a forward; the
-    embeddings and heads around it are a handful of kernels). Keyed by the installed layout, the
-    text-cache mode and the input shapes; training (grad enabled) and unkeyed layouts run plainly."""
+class _ReplayedMethod:
+    """Replaces the method `name` of one CUDA model with graph replay (`__call__` of the subclass);
+    `remove()` puts the model's own method back."""
+
+    name = ""
 
     def __init__(self, model, processor, max_graphs: int = 16):
         if not next(model.parameters()).is_cuda:
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.model, self.processor = model, processor
         self.cache = GraphCache(max_graphs)
-        self.bypass = False  # set while a whole-forward graph (ForwardGraphs) warms up or captures: part of that one
-        self._plain = model._run_decoder_stack
-        model._run_decoder_stack = self
+        self._plain = getattr(model, self.name)
+        setattr(model, self.name, self)
 
     @property
     def captures(self) -> int:
         return self.cache.captures
 
     def remove(self) -> None:
-        """Back to the plain decoder stack (frees every graph)."""
-        self.model._run_decoder_stack = self._plain
+        """Back to the model's own method (frees every graph)."""
+        setattr(self.model, self.name, self._plain)
         self.cache.clear()
+
+
+class DecoderStackGraphs(_ReplayedMethod):
+    """Replaces `model._run_decoder_stack` on one CUDA model (most of a forward's arithmetic). Keyed
+    by the installed layout, the text-cache mode and the input shapes; training (grad enabled) and
+    unkeyed layouts run plainly."""
+
+    name = "_run_decoder_stack"
+
+    def __init__(self, model, processor, max_graphs: int = 16):
+        super().__init__(model, processor, max_graphs)
+        self.bypass = False  # set while a whole-forward graph (ForwardGraphs) warms up or captures: part of that one
 
     def __call__(self, und_seq: torch.Tensor, gen_seq: torch.Tensor, rotary_emb: tuple):
         layout = getattr(self.processor, "layout_key", None)
@@ -99,7 +111,7 @@ class DecoderStackGraphs:
         return self._plain(inputs[0], inputs[1], tuple(inputs[2:]))
 
 
-class ForwardGraphs:
+class ForwardGraphs(_ReplayedMethod):
     """Replaces `model.forward` on one CUDA model with whole-forward replay: the embeddings, the
     patchify and timestep code, the decoder stack and the heads of one denoising step as one graph.
     What DecoderStackGraphs leaves outside its graph is diffusers' per-sample Python: hundreds of
@@ -108,23 +120,11 @@ class ForwardGraphs:
     GPU and unkeyed layouts run plainly; a capture that fails is said once, with its cause, and
     every later call runs plainly (the decoder stack still replays its own graphs)."""
 
+    name = "forward"
+
     def __init__(self, model, processor, max_graphs: int = 16):
-        if not next(model.parameters()).is_cuda:
-            raise ValueError("CUDA graphs need the model on a CUDA device")
-        self.model, self.processor = model, processor
-        self.cache = GraphCache(max_graphs)
+        super().__init__(model, processor, max_graphs)
         self.failure: str | None = None
-        self._plain = model.forward
-        model.forward = self
-
-    @property
-    def captures(self) -> int:
-        return self.cache.captures
-
-    def remove(self) -> None:
-        """Back to diffusers' forward (frees every graph)."""
-        self.model.forward = self._plain
-        self.cache.clear()
 
     def __call__(self, **kwargs):
         layout = getattr(self.processor, "layout_key", None)
