@@ -130,6 +130,31 @@ def test_text_kv_cache_is_exact_when_guided_and_plain_layouts_alternate(real_mod
     assert not torch.allclose(cached, unguided)  # sigmas 1, .89 plain; .75, .57 guided; .33 plain again
 
 
+def test_text_kv_reused_by_the_next_call_with_the_same_prompts(real_model):
+    frames, actions, states = _inputs(2, seed=5)
+    processor = install_packed_attention(real_model, "sdpa")
+    kw = dict(num_steps=3, shift=2.0, fps=10.0, prompts=["push the block", "open the drawer"], return_latents=True)
+    und_lens, real_forward = [], real_model.forward
+
+    def spy(**forward_kw):
+        und_lens.append(forward_kw["und_len"])
+        return real_forward(**forward_kw)
+
+    real_model.forward = spy
+    try:
+        runs = []
+        for reuse in (True, True, False):
+            und_lens.clear()
+            latents = sample_video(real_model, processor, PixelTokenizer(8), ByteTokenizer(32), frames, actions, states,
+                                   generator=torch.Generator().manual_seed(2), reuse_text_kv=reuse, **kw)[1]
+            runs.append((latents, list(und_lens)))
+    finally:
+        del real_model.forward
+    (_, first), (again, second), (fresh, recorded) = runs
+    assert first[0] > 0 and second == [0, 0, 0] and recorded[0] > 0
+    torch.testing.assert_close(again, fresh, atol=1e-6, rtol=1e-5)
+
+
 def test_bad_inputs_are_rejected(real_model):
     frames, actions, states = _inputs(1)
     with pytest.raises(ValueError, match="first_frames"):

@@ -135,7 +135,7 @@ class WorldModel(ContractModel):
             guidance_interval=self.guidance_interval, generator=generators, fps=self.fps, solver=self.solver,
             prompts=prompts, domain_id=int(self.contract.get("domain_id", 0)),
             video_residual=bool(self.loaded.diffusion.get("video_residual", False)),
-            video_prediction=self.video_prediction,
+            video_prediction=self.video_prediction, reuse_text_kv=True,  # loaded once: its weights do not change
         ).cpu()
 
 

@@ -75,7 +75,7 @@ def sample_video(
     guidance_interval: Sequence[float] = (0.0, 1.0), generator: torch.Generator | list[torch.Generator] | None = None,
     fps: float = 10.0, solver: str = "euler", prompts: Sequence[str] | None = None, domain_id: int = 0,
     uncond_prompt: str = "", return_latents: bool = False, cache_text: bool = True, video_residual: bool = False,
-    video_prediction: str = "velocity",
+    video_prediction: str = "velocity", reuse_text_kv: bool = False,
 ):
     """Generate T future frames per sample; returns decoded uint8 video [B, T+1, H, W, 3] (frame 0 is
     the tokenizer's reconstruction of the observed frame), or (video, latents) with `return_latents`.
@@ -84,7 +84,8 @@ def sample_video(
     [B, T, max_action_dim]; states: normalized, padded [B, max_action_dim] or None (no state row);
     prompts: the text exactly as the model sees it (default: empty prompts). `generator`: one
     generator (noise drawn sample after sample) or one per sample. `cache_text`: the text pathway
-    runs once per layout instead of once per step (exact; wamkit.model.denoise). `video_residual`:
+    runs once per layout instead of once per step (exact; wamkit.model.denoise); with `reuse_text_kv`
+    once for every later call with the same prompts (the weights must not change). `video_residual`:
     the model generates frames 1.. as differences from frame 0 (the run's `diffusion.video_residual`);
     they are added back before decoding, and the returned latents are absolute. `video_prediction`:
     what the network outputs (the run's `diffusion.video_prediction`, wamkit.diffusion.flow.as_velocity)."""
@@ -124,8 +125,8 @@ def sample_video(
 
     seqs = [_sequence(texts[i], videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
     uncond = [_sequence(uncond_text, videos[i], rows[i], clean_rows[i], 1.0, domain_id, fps, dtype, states is not None) for i in range(b)]
-    plain = DenoisingForward(model, processor, seqs, cache_text)
-    guided = DenoisingForward(model, processor, seqs + uncond, cache_text) if float(guidance) != 1.0 else None
+    plain = DenoisingForward(model, processor, seqs, cache_text, reuse_text_kv)
+    guided = DenoisingForward(model, processor, seqs + uncond, cache_text, reuse_text_kv) if float(guidance) != 1.0 else None
     # One tensor for the whole batch (every sample has one shape), and one solver over it: UniPC's
     # update is elementwise with the same sigmas for every sample, so a step costs the same few kernels
     # for 1 clip or 16, where a per-sample loop launched them once per clip.
