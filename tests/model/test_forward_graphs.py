@@ -1,6 +1,7 @@
 """The pieces of whole-forward CUDA graph replay that run on any device: the arguments flattened into
-graph inputs and rebuilt, the action heads without their device-side check (what a capture runs),
-and the host-side domain check that replaces it. The capture itself needs a GPU (benchmarks)."""
+graph inputs and rebuilt, the action heads without their device-side check (a sync, not allowed
+in a capture), and the host-side domain check that replaces it. The capture itself needs a GPU
+(benchmarks/serve_latency.py compares graphs with the plain forward)."""
 
 import pytest
 import torch
@@ -8,7 +9,10 @@ import torch
 from tests.model.test_packing import _model, _sample
 from wamkit.model.attention import packed_layout
 from wamkit.model.attention_backends import install_packed_attention
-from wamkit.model.cuda_graphs import ForwardGraphs, flatten_arguments, unchecked_domain_heads, unflatten_arguments
+from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
+
+from wamkit.model.cosmos3 import HostCheckedDomainLinear
+from wamkit.model.cuda_graphs import ForwardGraphs, flatten_arguments, unflatten_arguments
 from wamkit.model.packing import pack_samples
 
 
@@ -32,25 +36,27 @@ def test_arguments_round_trip_through_graph_inputs():
 
 
 def test_the_captured_forward_computes_the_plain_forward():
-    """What a capture records: rebuilt arguments, unchecked action heads; bit for bit the same."""
+    """What a capture records: the forward over rebuilt arguments; bit for bit the plain one."""
     model = _model()
     processor = install_packed_attention(model)
     batch = pack_samples(_batch(), model.config)
-    heads = [model.action_proj_in, model.action_proj_out]
     with torch.no_grad(), packed_layout(processor, batch):
         plain = model(**batch.forward_kwargs)
         tensors, structure = flatten_arguments(batch.forward_kwargs)
-        with unchecked_domain_heads(model):
-            assert all("forward" in vars(h) for h in heads)
-            captured = model(**unflatten_arguments([t.clone() for t in tensors], structure))
-    assert not any("forward" in vars(h) for h in heads)  # diffusers' own forward is back
+        captured = model(**unflatten_arguments([t.clone() for t in tensors], structure))
     for a, b in zip(plain.sample + plain.action, captured.sample + captured.action):
         assert torch.equal(a, b)
-    x3 = torch.randn(2, 5, model.action_proj_in.input_size)
+
+
+def test_action_heads_skip_the_device_check_and_compute_diffusers_arithmetic():
+    model = _model()
+    heads = [model.action_proj_in, model.action_proj_out]
+    assert all(type(h) is HostCheckedDomainLinear for h in heads)
+    assert any(name.startswith("action_proj_in.fc") for name in model.state_dict())  # names unchanged
     ids = torch.tensor([1, 3])
-    with unchecked_domain_heads(model):
-        unchecked = model.action_proj_in(x3, ids)
-    torch.testing.assert_close(unchecked, model.action_proj_in(x3, ids), rtol=0, atol=0)
+    for x in (torch.randn(2, model.action_proj_in.input_size), torch.randn(2, 5, model.action_proj_in.input_size)):
+        expected = DomainAwareLinear.forward(model.action_proj_in, x, ids)
+        assert torch.equal(model.action_proj_in(x, ids), expected)
 
 
 def test_domain_ids_are_checked_on_the_host_before_packing():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 from diffusers import Cosmos3OmniTransformer
+from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
 
 from wamkit.errors import ConfigError
 from wamkit.model.weights import ALWAYS_FROZEN, BaseWeights, is_action_head_param, is_generation_param
@@ -70,6 +71,34 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
     if not any(t.is_meta for t in model.parameters()):
         for domain in range(num_domains):
             init_action_domain(model, domain)
+    return host_checked_domain_heads(model)
+
+
+class HostCheckedDomainLinear(DomainAwareLinear):
+    """diffusers' DomainAwareLinear without its device-side domain-id range check: that check reads
+    the ids back from the GPU, a host-device sync twice per forward (the action heads in and out),
+    and is not allowed inside a CUDA graph capture. wamkit.model.packing checks every sample's id on
+    the host before anything reaches the GPU. Same parameters, names and arithmetic (tested)."""
+
+    def forward(self, x: torch.Tensor, domain_id: torch.Tensor) -> torch.Tensor:
+        domain_id = domain_id.reshape(-1).to(device=x.device, dtype=torch.long)
+        if x.shape[0] != domain_id.shape[0]:
+            raise ValueError(f"action tokens ({x.shape[0]}) and domain ids ({domain_id.shape[0]}) differ in number")
+        weight = self.fc(domain_id).view(domain_id.shape[0], self.input_size, self.output_size)
+        bias = self.bias(domain_id).view(domain_id.shape[0], self.output_size)
+        if x.ndim == 2:
+            return torch.bmm(x.unsqueeze(1), weight).squeeze(1) + bias
+        if x.ndim == 3:
+            return torch.bmm(x, weight) + bias.unsqueeze(1)
+        raise ValueError(f"action tokens must be rank 2 or 3, got {tuple(x.shape)}")
+
+
+def host_checked_domain_heads(model):
+    """Every DomainAwareLinear of `model` becomes a HostCheckedDomainLinear, in place (before any
+    parallel wrapping); returns the model."""
+    for module in model.modules():
+        if type(module) is DomainAwareLinear:
+            module.__class__ = HostCheckedDomainLinear
     return model
 
 

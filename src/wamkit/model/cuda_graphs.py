@@ -8,9 +8,7 @@ buffers, and whatever else it reads (attention masks, recorded text K/V) is kept
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import types
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -118,7 +116,9 @@ class ForwardGraphs(_ReplayedMethod):
     small kernels a step at policy batch sizes. Keyed like DecoderStackGraphs plus every
     non-tensor argument (sequence length, token shapes). Training (grad enabled), inputs off the
     GPU and unkeyed layouts run plainly; a capture that fails is said once, with its cause, and
-    every later call runs plainly (the decoder stack still replays its own graphs)."""
+    every later call runs plainly (the decoder stack still replays its own graphs). Capturable
+    because wamkit's models carry action heads without a device-side check
+    (wamkit.model.cosmos3.HostCheckedDomainLinear)."""
 
     name = "forward"
 
@@ -138,8 +138,7 @@ class ForwardGraphs(_ReplayedMethod):
             rewind = getattr(self.processor, "rewind_text_cache", None)
             if rewind is not None:
                 rewind()
-            with unchecked_domain_heads(self.model) if torch.cuda.is_current_stream_capturing() else contextlib.nullcontext():
-                return self._plain(**unflatten_arguments(inputs, structure))
+            return self._plain(**unflatten_arguments(inputs, structure))
 
         stack = self.model._run_decoder_stack
         if isinstance(stack, DecoderStackGraphs):
@@ -191,33 +190,6 @@ def unflatten_arguments(tensors: list[torch.Tensor], structure: tuple) -> dict:
         return items if kind == "list" else tuple(items)
 
     return {name: build(node) for name, node in structure}
-
-
-@contextlib.contextmanager
-def unchecked_domain_heads(model):
-    """While a forward is captured: the action heads without their domain-id range check, which reads
-    the ids back to the host (not allowed inside a capture). wamkit.model.packing checks the ids on
-    the host before they reach the GPU."""
-    from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
-
-    heads = [m for m in model.modules() if isinstance(m, DomainAwareLinear)]
-    for head in heads:
-        head.forward = types.MethodType(_domain_linear_unchecked, head)
-    try:
-        yield
-    finally:
-        for head in heads:
-            del head.forward
-
-
-def _domain_linear_unchecked(self, x: torch.Tensor, domain_id: torch.Tensor) -> torch.Tensor:
-    """diffusers' DomainAwareLinear.forward minus its range check (the same arithmetic; tested)."""
-    domain_id = domain_id.reshape(-1).to(device=x.device, dtype=torch.long)
-    weight = self.fc(domain_id).view(domain_id.shape[0], self.input_size, self.output_size)
-    bias = self.bias(domain_id).view(domain_id.shape[0], self.output_size)
-    if x.ndim == 2:
-        return torch.bmm(x.unsqueeze(1), weight).squeeze(1) + bias
-    return torch.bmm(x, weight) + bias.unsqueeze(1)
 
 
 def compile_pointwise(model, processor=None) -> int:

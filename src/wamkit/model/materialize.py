@@ -18,6 +18,7 @@ import math
 import zlib
 
 import torch
+from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
 
 from wamkit.model.weights import BaseWeights, is_action_head_param
 
@@ -89,7 +90,7 @@ def initial_value(modules: dict, name: str, shape: tuple[int, ...], seed: int, d
     if isinstance(owner, torch.nn.Linear):  # kaiming_uniform(a=sqrt(5)) and its bias rule: U(+-1/sqrt(fan_in))
         bound = 1.0 / math.sqrt(owner.in_features) if owner.in_features > 0 else 0.0
         return _uniform(shape, bound, gen, device)
-    if isinstance(owner, torch.nn.Embedding) and type(parent).__name__ == "DomainAwareLinear":
+    if isinstance(owner, torch.nn.Embedding) and isinstance(parent, DomainAwareLinear):
         if attr == "weight" and owner is parent.fc:  # cosmos3.init_action_domain: nn.Linear's fan-in scale per domain
             return _uniform(shape, 1.0 / math.sqrt(parent.input_size), gen, device)
         return torch.zeros(shape, device=device)  # per-domain biases start at zero

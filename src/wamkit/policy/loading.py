@@ -12,6 +12,7 @@ import torch
 
 from wamkit.config import ExperimentConfig, config_from_dict
 from wamkit.errors import CheckpointError, ConfigError
+from wamkit.model.cosmos3 import host_checked_domain_heads
 from wamkit.model.lora import apply_lora, merge_lora
 from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokenizer_info
 from wamkit.model.tokenizer import build_video_tokenizer
@@ -198,7 +199,7 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:
-        return Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype).to(dtype)
+        return host_checked_domain_heads(Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype).to(dtype))
     model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
     files = sorted(transformer_dir.glob("*.safetensors"))
     if not files:
@@ -210,7 +211,7 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(str(transformer_dir), f"weights do not match config.json: {exc}", "re-export the run") from exc
-    return model.to(dtype)
+    return host_checked_domain_heads(model.to(dtype))
 
 
 SAFETENSORS_FLOATS = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
