@@ -114,6 +114,7 @@ def inprocess_rows(args, model, vae, left, notes: list) -> list[dict]:
                              first=None, p50=pct(lat, 50), p99=pct(lat, 99), infer=None, batch=float(np.mean(sizes)),
                              rate=len(lat) / (time.perf_counter() - t), errors=0))
             log(f"in-process, {clients} clients: p50 {rows[-1]['p50']:.1f} ms")
+        rows += whole_forward_ab(policy, server, args, left, notes)
         if args.profile and left() > 60:  # where one chunk's time goes: encode / forwards / host rest, then the top GPU kernels
             from serve_latency import profile_predict
 
@@ -129,6 +130,31 @@ def inprocess_rows(args, model, vae, left, notes: list) -> list[dict]:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return rows
+
+
+def whole_forward_ab(policy, server, args, left, notes: list) -> list[dict]:
+    """The A/B of whole-forward CUDA graphs (wamkit.model.cuda_graphs.ForwardGraphs): what they
+    captured (or why not), then one client again with the decoder-stack graphs alone."""
+    from serve_latency import measure
+
+    graphs = policy.forward_graphs
+    if graphs is None:
+        return []
+    note = (f"whole-forward CUDA graphs: {graphs.captures} captured" +
+            (f"; capture failed, off: {graphs.failure}" if graphs.failure else ""))
+    log(note)
+    notes.append(note)
+    if graphs.failure or left() < 60:
+        return []
+    graphs.remove()
+    policy.forward_graphs = None
+    measure(server.port, 1, args.warmup_requests, args.image_size)
+    t = time.perf_counter()
+    lat, sizes = measure(server.port, 1, args.requests, args.image_size)
+    log(f"in-process, 1 client, decoder-stack graphs only: p50 {pct(lat, 50):.1f} ms")
+    return [dict(path="in-process harness, decoder-stack graphs only (A/B)", clients=1, fields="plain", requests=len(lat),
+                 first=None, p50=pct(lat, 50), p99=pct(lat, 99), infer=None, batch=float(np.mean(sizes)),
+                 rate=len(lat) / (time.perf_counter() - t), errors=0)]
 
 
 # ---- main -------------------------------------------------------------------------------------

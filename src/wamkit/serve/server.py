@@ -163,6 +163,15 @@ def predict_batch(policy: Policy, observations: list[dict], seeds: list[int], nu
     return results  # type: ignore[return-value]
 
 
+def graphs_note(policy) -> str:
+    """What the warm-up captured, for the ready line: ', N CUDA graphs (whole forwards: ...)'."""
+    whole = getattr(policy, "forward_graphs", None)
+    if not getattr(policy, "graph_captures", 0):
+        return ""
+    state = "off, capture failed: " + whole.failure if whole is not None and whole.failure else "on" if whole is not None else "off"
+    return f", {policy.graph_captures} CUDA graphs captured; whole-forward graphs {state}"
+
+
 def metadata(policy: Policy, num_steps: int, seed: int, max_request_bytes: int, batch_window_ms: float) -> dict:
     """The dict sent on connect: what a client needs to build requests and read replies."""
     c = policy.contract
@@ -308,8 +317,8 @@ class PolicyServer:
         if sizes is not None:
             self.warmup_seconds = await self._loop.run_in_executor(
                 executor, warm_up, self.policy, self.predict_batch, self.config.max_batch, self.num_steps, sizes)
-            log.info("wamkit serve: ready (warm-up of %d batch sizes took %.1f s)", len(self.warmup_seconds),
-                     sum(s for _, s in self.warmup_seconds))
+            log.info("wamkit serve: ready (warm-up of %d batch sizes took %.1f s%s)", len(self.warmup_seconds),
+                     sum(s for _, s in self.warmup_seconds), graphs_note(self.policy))
         self.warmed_up.set()
 
     def stop(self) -> None:
