@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli
@@ -90,3 +91,22 @@ def test_full_activation_checkpointing_trains_packed_samples(demo_root, tmp_path
     run_cli(["train", str(DEMO_RECIPE), *args])
     losses = [json.loads(line)["loss"] for line in (tmp_path / "full_ac" / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 3 and all(v == v for v in losses)
+
+
+def test_only_logged_steps_wait_for_the_device(demo_root, tmp_path, monkeypatch):
+    """The step timer's read is the step's one wait for the GPU: steps between log steps skip it (the
+    host queues ahead), and a logged step's rates cover every step since the last one."""
+    from tests.helpers import train_in_process
+    from wamkit.train.step_timer import StepTimer
+
+    reads = []
+    real_read = StepTimer.read
+    monkeypatch.setattr(StepTimer, "read", lambda self: reads.append(1) or real_read(self))
+    args = quick_overrides(demo_root, tmp_path, "interval", 7, 7) + ["--set", "trainer.log_every=3"]
+    train_in_process([str(DEMO_RECIPE), *args])
+    records = [r for r in _records(tmp_path / "interval") if "loss" in r]
+    assert [r["step"] for r in records] == [3, 6, 7]  # logged every 3 steps and at the final save
+    assert len(reads) == 4  # the first step, then the logged ones
+    for r in records:
+        assert r["time_forward_backward_s"] > 0 and r["step_s"] > 0
+    assert records[0]["samples_per_s"] * records[0]["step_s"] * 2 == pytest.approx(8.0, rel=1e-6)  # steps 2-3, 4 samples each

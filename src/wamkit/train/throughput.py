@@ -18,12 +18,13 @@ class Throughput:
         self.device = device
         self.world_size = world_size
 
-    def measure(self, record: dict, seconds: float, samples: int) -> dict:
-        """Rates of one step of `seconds` that trained `samples` per rank; takes the step's "flops"
-        and "tokens" (useful work on this rank) and "encode_flops" (its online video encode) out of
-        `record`. "mfu" counts the transformer's work only; "mfu_with_encode" adds the encode's."""
+    def measure(self, record: dict, seconds: float, samples: int, steps: int = 1) -> dict:
+        """Rates of `steps` steps of `seconds` in all that trained `samples` per rank; takes their
+        "flops" and "tokens" (useful work on this rank) and "encode_flops" (the online video encode)
+        out of `record`. "step_s" is the mean step; "mfu" counts the transformer's work only,
+        "mfu_with_encode" adds the encode's."""
         flops, tokens, encode = record.pop("flops", 0.0), record.pop("tokens", 0), record.pop("encode_flops", 0.0)
-        out = {"step_s": seconds, "samples_per_s": samples / seconds, "tokens_per_s": tokens / seconds,
+        out = {"step_s": seconds / steps, "samples_per_s": samples / seconds, "tokens_per_s": tokens / seconds,
                "compiled_graphs": compiled_graphs()}
         if self.device.type == "cuda":
             out["mfu"] = flops / seconds / matmul_rate(self.device)
@@ -33,6 +34,32 @@ class Throughput:
             out["peak_mem_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             out["peak_reserved_gib"] = torch.cuda.max_memory_reserved(self.device) / 2**30
         return out
+
+
+class StepInterval:
+    """The steps since the last one that waited for the GPU (a logged step). Between them the host
+    queues work ahead of the GPU, so one step's wall time says nothing; the interval's does, and its
+    rates are the mean over its steps (every step, with trainer.log_every = 1). `steps` back at 0
+    ends it: the next step restarts the clock."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        self.start, self.steps, self.flops, self.tokens, self.encode_flops = time.perf_counter(), 0, 0.0, 0, 0.0
+
+    def add(self, record: dict) -> None:
+        """Count a step's useful work (taken out of its record)."""
+        self.steps += 1
+        self.flops += record.pop("flops", 0.0)
+        self.tokens += record.pop("tokens", 0)
+        self.encode_flops += record.pop("encode_flops", 0.0)
+
+    def work(self) -> dict:
+        return {"flops": self.flops, "tokens": self.tokens, "encode_flops": self.encode_flops}
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
 
 
 def compiled_graphs() -> int:

@@ -38,7 +38,7 @@ from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, b
                                 load_base_weights, materialize_run_model)
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
-from wamkit.train.throughput import StartupTimeline, Throughput, seconds_since_launch
+from wamkit.train.throughput import StartupTimeline, StepInterval, Throughput, seconds_since_launch
 from wamkit.train.tracking import check_wandb, start_wandb
 from wamkit.train.warmup import EncoderWarmup, warmup_clip_shape
 
@@ -373,18 +373,27 @@ class Trainer:
         self.timeline.mark("optimizer/EMA/resume/loader")
         first = True
         check_syncs = bool(os.environ.get(sync_check.ENV)) and self.device.type == "cuda"
+        interval = StepInterval()  # the steps since the last synchronised one: their rates are measured together
         while self.step < cfg.max_iter:
-            t0 = time.perf_counter()
+            if not interval.steps:  # logging, validation and saves between intervals are not training time
+                interval.restart()
+            upcoming = self.step + 1
+            saving = upcoming % self.cfg.checkpoint.save_iter == 0 or upcoming == cfg.max_iter
+            synced = first or saving or upcoming % cfg.log_every == 0  # steps in between never wait for the GPU
             if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
                 with sync_check.counting_syncs(self.device) as found:
-                    record = self.train_step(stream)
+                    record = self.train_step(stream, read_timer=synced)
                 check_syncs = False
                 if main:
                     print(f"[wamkit] {sync_check.sync_line(self.step + 1, found)}", flush=True)
             else:
-                record = self.train_step(stream)
+                record = self.train_step(stream, read_timer=synced)
             self.step += 1
-            record.update(throughput.measure(record, time.perf_counter() - t0, cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp))
+            interval.add(record)
+            if synced:  # the step timer's read waited for the GPU: the wall clock covers the interval's work
+                record.update(throughput.measure(interval.work(), interval.seconds(),
+                                                 interval.steps * cfg.samples_per_step * cfg.grad_accum_iter / self.dims.cp, interval.steps))
+                interval.steps = 0
             if first and main:  # this process's first step (a resumed run's too: relaunch cost)
                 self.timeline.mark("first step")
                 print(f"[wamkit] first step done {seconds_since_launch():.1f} s after launch "
@@ -393,7 +402,6 @@ class Trainer:
                 if self.device.type == "cuda":
                     print(f"[wamkit] {self._memory_note()}", flush=True)
             first = False
-            saving = self.step % self.cfg.checkpoint.save_iter == 0 or self.step == cfg.max_iter
             if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
                 record = self._read_back(record)
                 if main:
@@ -417,7 +425,9 @@ class Trainer:
             logger.flush()
             upload(self.local_dir, self.run_dir, ("metrics.jsonl", "tensorboard"))
 
-    def train_step(self, stream) -> dict:
+    def train_step(self, stream, read_timer: bool = True) -> dict:
+        """One optimizer step. `read_timer` reads its phase split, which waits for the GPU: only the
+        steps that are logged do, so the host runs ahead of the GPU in between."""
         cfg = self.cfg.trainer
         timer = self.objective.timer = self.timer
         timer.start()
@@ -454,7 +464,8 @@ class Trainer:
             timer.mark("ema")
         record = {"losses": losses, "grad_norm": grad_norm.detach(), "lr": float(self.optimizer.param_groups[0]["lr"]), "data_wait_s": data_wait}
         timer.mark("other")
-        return {**record, "flops": flops, "tokens": tokens, "encode_flops": encode, **{f"time_{k}_s": v for k, v in timer.read().items()}}
+        times = {f"time_{k}_s": v for k, v in timer.read().items()} if read_timer else {}
+        return {**record, "flops": flops, "tokens": tokens, "encode_flops": encode, **times}
 
     def _read_back(self, record: dict) -> dict:
         """A step's device values as numbers, read once (log and save steps): the losses averaged over
