@@ -102,7 +102,8 @@ def inprocess_rows(args, model, vae, left, notes: list) -> list[dict]:
         log(rep_note)
         notes.append(rep_note)
     server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps, batch_window_ms=5.0,
-                          max_batch=max(args.clients)).start_in_thread()
+                          max_batch=max(args.clients), warmup_size=(args.image_size, args.image_size)).start_in_thread()
+    server.warmed_up.wait(600)  # every batch size up to max_batch, as `wamkit serve` warms up before /healthz says 200
     rows = []
     try:
         for clients in args.clients:  # every batch shape compiled / captured before timing, as serve_latency.py does

@@ -270,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profile_predict(policy, args.image_size, args.requests, args.warmup, args.profile_batch)
             return 0
-        server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps,
-                              batch_window_ms=args.batch_window_ms).start_in_thread()
+        server = PolicyServer(policy, host="127.0.0.1", port=0, num_steps=args.num_steps, batch_window_ms=args.batch_window_ms,
+                              warmup_size=(args.image_size, args.image_size)).start_in_thread()
+        server.warmed_up.wait(600)  # every batch size, as `wamkit serve` warms up before /healthz says 200
         try:
             levels = [int(c) for c in args.clients.split(",")]
             for clients in levels:  # every batch shape is compiled / captured before timing starts
