@@ -102,3 +102,19 @@ def test_selective_activation_checkpointing_recomputes_only_the_mlps_and_changes
         torch.testing.assert_close(g, plain_grads[n], msg=n)
     layers = len(model.layers)
     assert calls == {"mlp": 2 * layers, "attn": layers}  # the MLPs ran again in backward, attention did not
+
+
+def test_adamw8bit_says_once_that_its_step_graphs_are_not_cached(caplog):
+    """torchao's AdamW8bit: inductor's per-shape "Failed to pickle cache key" tracebacks become one line."""
+    import logging
+
+    model = torch.nn.Linear(16, 16)
+    build_optimizer(model, OptimizerConfig(kind="adamw8bit"))
+    codecache = logging.getLogger("torch._inductor.codecache")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            codecache.warning("Failed to pickle cache key")
+        codecache.warning("another warning")
+    messages = [r.getMessage() for r in caplog.records]
+    assert "Failed to pickle cache key" not in messages and "another warning" in messages
+    assert sum("AdamW8bit step graphs cannot be stored" in m for m in messages) <= 1  # once per process (maybe earlier)

@@ -5,6 +5,8 @@ moments: 2 instead of 8 bytes per trainable parameter; its state saves and resum
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from wamkit.errors import ConfigError
@@ -38,4 +40,29 @@ def _adamw8bit(param_groups: list[dict], cfg) -> torch.optim.Optimizer:
     except ImportError as exc:
         raise ConfigError("optimizer.kind", f"'adamw8bit' needs torchao ({exc})",
                           'pip install "torchao==0.18.0", or use optimizer.kind = "adamw"') from None
+    _say_uncacheable_once()
     return AdamW8bit(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+
+
+class _UncacheableStepNote(logging.Filter):
+    """torchao compiles AdamW8bit's step once per parameter shape, and inductor's cache cannot pickle
+    those graphs' keys: it logs a warning with a traceback for each (13 at Nano width, every launch).
+    One line says it instead; the graphs compile as before."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Failed to pickle cache key"):
+            return True
+        if not self.said:
+            self.said = True
+            logging.getLogger("wamkit").warning(
+                "[wamkit] torchao's AdamW8bit step graphs cannot be stored in torch.compile's cache (their key does not "
+                "pickle): they compile again at every launch (about 11 s at Nano width); the warnings are left out")
+        return False
+
+
+def _say_uncacheable_once() -> None:
+    codecache = logging.getLogger("torch._inductor.codecache")
+    if not any(isinstance(f, _UncacheableStepNote) for f in codecache.filters):
+        codecache.addFilter(_UncacheableStepNote())
