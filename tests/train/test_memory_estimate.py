@@ -124,7 +124,7 @@ def test_dry_run_of_a_full_fine_tune_on_one_gpu_says_it_does_not_fit_and_what_do
 
 def _failing_trainer(tmp_path, monkeypatch, exc):
     trainer = Trainer(load_experiment(DEMO_RECIPE, [f'job.output_root="{tmp_path}"', 'job.name="fails"', "trainer.progress_bar=false"]))
-    monkeypatch.setattr(trainer, "train_step", lambda stream: (_ for _ in ()).throw(exc))
+    monkeypatch.setattr(trainer, "train_step", lambda stream, read_timer=True: (_ for _ in ()).throw(exc))
     return trainer
 
 
