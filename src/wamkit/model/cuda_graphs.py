@@ -128,8 +128,10 @@ class ForwardGraphs(_ReplayedMethod):
 
     def __call__(self, **kwargs):
         layout = getattr(self.processor, "layout_key", None)
+        if torch.is_grad_enabled() or layout is None or self.failure is not None:
+            return self._plain(**kwargs)
         tensors, structure = flatten_arguments(kwargs)
-        if torch.is_grad_enabled() or layout is None or self.failure is not None or not all(t.is_cuda for t in tensors):
+        if not all(t.is_cuda for t in tensors):
             return self._plain(**kwargs)
         key = (layout, getattr(self.processor, "text_cache", "off"), structure,
                tuple((tuple(t.shape), t.dtype) for t in tensors))

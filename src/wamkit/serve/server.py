@@ -164,11 +164,16 @@ def predict_batch(policy: Policy, observations: list[dict], seeds: list[int], nu
 
 
 def graphs_note(policy) -> str:
-    """What the warm-up captured, for the ready line: ', N CUDA graphs (whole forwards: ...)'."""
-    whole = getattr(policy, "forward_graphs", None)
+    """What the warm-up captured, for the ready line: ', N CUDA graphs captured; whole-forward graphs on'."""
     if not getattr(policy, "graph_captures", 0):
         return ""
-    state = "off, capture failed: " + whole.failure if whole is not None and whole.failure else "on" if whole is not None else "off"
+    whole = getattr(policy, "forward_graphs", None)
+    if whole is None:
+        state = "off"
+    elif whole.failure:
+        state = f"off, capture failed: {whole.failure}"
+    else:
+        state = "on"
     return f", {policy.graph_captures} CUDA graphs captured; whole-forward graphs {state}"
 
 

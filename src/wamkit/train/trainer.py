@@ -379,7 +379,8 @@ class Trainer:
                 interval.restart()
             upcoming = self.step + 1
             saving = upcoming % self.cfg.checkpoint.save_iter == 0 or upcoming == cfg.max_iter
-            synced = first or saving or upcoming % cfg.log_every == 0  # steps in between never wait for the GPU
+            logged = saving or upcoming % cfg.log_every == 0
+            synced = first or logged  # steps in between never wait for the GPU
             if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
                 with sync_check.counting_syncs(self.device) as found:
                     record = self.train_step(stream, read_timer=synced)
@@ -402,7 +403,7 @@ class Trainer:
                 if self.device.type == "cuda":
                     print(f"[wamkit] {self._memory_note()}", flush=True)
             first = False
-            if saving or self.step % cfg.log_every == 0:  # every rank: the losses' all-reduce, the finite check
+            if logged:  # every rank: the losses' all-reduce, the finite check
                 record = self._read_back(record)
                 if main:
                     logger.log({"step": self.step, **record})
