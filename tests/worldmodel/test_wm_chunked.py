@@ -92,3 +92,44 @@ def test_student_export_evaluates_as_its_run(chain):
     assert a["settings"]["student_sigmas"] == b["settings"]["student_sigmas"] == wm.student_sigmas
     ra, rb = a["results"]["autoregressive"]["model"], b["results"]["autoregressive"]["model"]
     assert np.isclose(ra["psnr"], rb["psnr"], atol=1e-6) and np.isclose(ra["ssim"], rb["ssim"], atol=1e-8)
+
+
+def test_chunked_sampling_runs_text_once_per_chunk_or_reuses_it(chain):
+    """The text pathway runs in the first step of each chunk (`cache_text`), or in no step of a later
+    call with the same prompts (`reuse_text_kv`); every variant equals the plain sampler that runs the
+    whole sequence at every step."""
+    trainer = chain["trainer"]
+    model, processor = trainer.student, trainer.procs["student"]
+    data = trainer.data.samples("train", trainer.cfg)
+    samples = [data[0], data[1]]
+    frames, actions = torch.stack([s.video[0] for s in samples]), torch.stack([s.actions for s in samples])
+    prompts = [trainer.cfg.data.prompt_template.format(task=s.task) for s in samples]
+    und_lens, real_forward = [], model.forward
+
+    def spy(**kw):
+        und_lens.append(kw["und_len"])
+        return real_forward(**kw)
+
+    def run(**kw):
+        und_lens.clear()
+        video = sample_video_chunked(model, processor, trainer.video_tokenizer, trainer.text_tokenizer, frames, actions,
+                                     trainer.student_sigmas, trainer.chunk_frames, "consistency",
+                                     [torch.Generator().manual_seed(i) for i in range(2)], trainer.fps, prompts, **kw)
+        return video, list(und_lens)
+
+    model.forward = spy
+    try:
+        plain, plain_lens = run(cache_text=False)
+        cached, cached_lens = run()
+        _, first_lens = run(reuse_text_kv=True)
+        reused, reused_lens = run(reuse_text_kv=True)
+    finally:
+        del model.forward
+    steps = len(trainer.student_sigmas) - 1
+    chunks = len(plain_lens) // steps
+    assert chunks >= 2 and all(n > 0 for n in plain_lens)
+    assert cached_lens == ([plain_lens[0]] + [0] * (steps - 1)) * chunks
+    assert first_lens[0] > 0 and first_lens[1:] == [0] * (len(first_lens) - 1)
+    assert reused_lens == [0] * len(plain_lens)
+    for video in (cached, reused):
+        assert (video.int() - plain.int()).abs().max() <= 1

@@ -29,14 +29,19 @@ def chunk_frames_of(ids: list[int], chunk: int) -> list[int]:
 
 
 def chunk_step(sampler: str, x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_next: float,
-               generator: torch.Generator | None = None) -> torch.Tensor:
-    """One step of `sampler` (see the module docstring); `generator` draws the consistency re-noise."""
+               generator: torch.Generator | list[torch.Generator] | None = None) -> torch.Tensor:
+    """One step of `sampler` (see the module docstring); `generator` draws the consistency re-noise, or
+    a list of them one sample each along x's first dimension (each sample's noise then does not depend
+    on which other samples share the batch)."""
     if sampler == "euler":
         return x + (sigma_next - sigma) * v
     if sampler == "consistency":
         x0 = x - sigma * v
         if sigma_next == 0:
             return x0
-        noise = torch.randn(x.shape, generator=generator).to(x.device)
-        return sigma_next * noise + (1 - sigma_next) * x0
+        if isinstance(generator, (list, tuple)):
+            noise = torch.stack([torch.randn(x.shape[1:], generator=g) for g in generator])
+        else:
+            noise = torch.randn(x.shape, generator=generator)
+        return sigma_next * noise.to(x.device) + (1 - sigma_next) * x0
     raise ValueError(f"unknown chunk sampler {sampler!r}: use one of {CHUNK_SAMPLERS}")

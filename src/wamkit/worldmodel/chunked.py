@@ -15,47 +15,46 @@ import torch
 
 from wamkit.diffusion.chunked import chunk_frames_of, chunk_ids, chunk_step
 from wamkit.diffusion.flow import as_velocity
-from wamkit.model.attention import packed_layout
-from wamkit.model.packing import SequenceSample, pack_samples
+from wamkit.model.denoise import DenoisingForward
+from wamkit.model.packing import SequenceSample
 from wamkit.model.tokenizer import TEMPORAL_FACTOR
 
 
 @torch.no_grad()
 def sample_video_chunked(model, processor, video_tokenizer, text_tokenizer, first_frames: torch.Tensor, actions: torch.Tensor,
                          sigmas: list[float], chunk_frames: int, sampler: str, generators: list[torch.Generator],
-                         fps: float, prompts: list[str], domain_id: int = 0, video_prediction: str = "velocity") -> torch.Tensor:
+                         fps: float, prompts: list[str], domain_id: int = 0, video_prediction: str = "velocity",
+                         cache_text: bool = True, reuse_text_kv: bool = False) -> torch.Tensor:
     """uint8 video [B, T+1, H, W, 3] (frame 0: the tokenizer's reconstruction of the observed frame).
     first_frames uint8 [B, H, W, 3]; actions normalized, padded [B, T, max_action_dim]; `sigmas` the
-    per-chunk ladder from 1 to 0; one generator per sample (initial noise, then consistency re-noise)."""
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    per-chunk ladder from 1 to 0; one generator per sample (initial noise, then consistency re-noise).
+
+    Each chunk's layout is packed once for its whole ladder, and the text pathway runs once per chunk
+    (`cache_text`), or once for every later chunk and call with the same prompts (`reuse_text_kv`: the
+    weights must not change); both are exact (wamkit.model.denoise)."""
+    device = next(model.parameters()).device
     first = video_tokenizer.encode(first_frames.unsqueeze(1).cpu()).float()  # [B, C, 1, h, w]
     c, _, h, w = first.shape[1:]
     num_frames = 1 + actions.shape[1] // TEMPORAL_FACTOR
     ids = chunk_ids(num_frames, chunk_frames)
-    videos = [torch.zeros(c, num_frames, h, w, device=device) for _ in range(len(first))]
-    for video, latent in zip(videos, first):
-        video[:, 0] = latent[:, 0].to(device, non_blocking=True)
+    videos = torch.zeros(len(first), c, num_frames, h, w, device=device)
+    videos[:, :, 0] = first[:, :, 0].to(device, non_blocking=True)
     rows = [a.float().to(device, non_blocking=True) for a in actions]
     texts = [text_tokenizer.encode(p) for p in prompts]
     for chunk in range(1, max(ids) + 1):
         frames = chunk_frames_of(ids, chunk)
-        x = [torch.randn((c, len(frames), h, w), generator=g).to(device, non_blocking=True) for g in generators]
-        for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
-            seqs = []
-            for text, video, xi, row in zip(texts, videos, x, rows):
-                video = video.clone()
-                video[:, frames] = xi
-                seqs.append(SequenceSample(
-                    text_ids=text, video=video.to(dtype), actions=row.to(dtype),
-                    clean_video_frames=[f for f in range(num_frames) if f not in frames], clean_action_rows=list(range(len(row))),
-                    sigma=float(sigma), domain_id=int(domain_id), fps=float(fps), action_start_frame=1,
-                    causal_chunk_frames=chunk_frames))
-            batch = pack_samples(seqs, model.config)
-            with packed_layout(processor, batch):
-                out = model(**batch.forward_kwargs)
-            for i, seq in enumerate(seqs):
-                v = as_velocity(out.sample[i][0].float(), seq.video.float(), sigma, video_prediction)[:, frames]
-                x[i] = chunk_step(sampler, x[i], v, float(sigma), float(sigma_next), generators[i])
-        for video, xi in zip(videos, x):
-            video[:, frames] = xi
-    return video_tokenizer.decode(torch.stack(videos))
+        at = slice(frames[0], frames[-1] + 1)  # a chunk is one run of frames
+        x = torch.stack([torch.randn((c, len(frames), h, w), generator=g) for g in generators]).to(device, non_blocking=True)
+        clean = [f for f in range(num_frames) if f not in frames]
+        layout = [SequenceSample(text_ids=text, video=videos[i], actions=rows[i], clean_video_frames=clean,
+                                 clean_action_rows=list(range(len(rows[i]))), sigma=1.0, domain_id=int(domain_id), fps=float(fps),
+                                 action_start_frame=1, causal_chunk_frames=chunk_frames) for i, text in enumerate(texts)]
+        with DenoisingForward(model, processor, layout, cache_text=cache_text, reuse_text=reuse_text_kv) as forward:
+            for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
+                current = videos.clone()
+                current[:, :, at] = x
+                out = forward(list(current.unbind(0)), rows, float(sigma))
+                v = as_velocity(torch.stack([o[0] for o in out.sample]).float(), current, sigma, video_prediction)[:, :, at]
+                x = chunk_step(sampler, x, v, float(sigma), float(sigma_next), generators)
+        videos[:, :, at] = x
+    return video_tokenizer.decode(videos)

@@ -128,7 +128,8 @@ class WorldModel(ContractModel):
             return sample_video_chunked(
                 self.model, self.processor, self.video_tokenizer, self.text_tokenizer, first_frames, actions, sigmas,
                 self.chunk_frames, "consistency" if self.student_sigmas else "euler", generators, self.fps, prompts,
-                domain_id=int(self.contract.get("domain_id", 0)), video_prediction=self.video_prediction).cpu()
+                domain_id=int(self.contract.get("domain_id", 0)), video_prediction=self.video_prediction,
+                reuse_text_kv=True).cpu()  # loaded once: its weights do not change
         return sample_video(
             self.model, self.processor, self.video_tokenizer, self.text_tokenizer, first_frames, actions, states,
             num_steps=self.num_steps, shift=self.shift_for(first_frames[0]), guidance=self.guidance,
