@@ -73,6 +73,20 @@ def test_pixel_tokenizer_shape_contract_and_round_trip():
     assert torch.equal(back, video)
 
 
+def test_lossless_pixel_tokenizer_keeps_every_pixel():
+    """Space-to-depth: a one-pixel marker that 4x area pooling blurs into its cell comes back exactly,
+    at the same 16x16 token grid per 64 px frame, with 3 * 4^2 channels per latent pixel."""
+    gen = torch.Generator().manual_seed(0)
+    video = torch.randint(0, 256, (2, 9, 64, 32, 3), generator=gen, dtype=torch.uint8)
+    video[:, :, 10, 7] = torch.tensor([255, 0, 0], dtype=torch.uint8)  # a red one-pixel goal marker
+    lossless, pooled = PixelTokenizer(4, lossless=True), PixelTokenizer(4)
+    z = lossless.encode(video)
+    assert z.shape == (2, 3 * 16 * 4, 3, 16, 8) and lossless.latent_channels == 192
+    assert pooled.encode(video).shape[-2:] == z.shape[-2:]
+    assert torch.equal(lossless.decode(z), video)
+    assert not torch.equal(pooled.decode(pooled.encode(video)), video)
+
+
 def test_byte_tokenizer_bounds():
     tok = ByteTokenizer(max_tokens=8)
     ids = tok.encode("reach the green target")

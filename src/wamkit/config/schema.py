@@ -20,7 +20,7 @@ SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed
 NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 OPTIMIZER_KINDS = ("adamw", "adamw8bit")
-TOKENIZER_KINDS = ("pixel", "wan2.2")
+TOKENIZER_KINDS = ("pixel", "pixel_unshuffle", "wan2.2")
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
@@ -113,14 +113,16 @@ class ModelConfig:
     # mixed: one of the three per sample, drawn with `mode_weights`
     mode: str = "policy"
     mode_weights: ModeWeights = field(default_factory=ModeWeights)
-    tokenizer: str = "pixel"  # pixel (parameter-free, tiny) | wan2.2 (AutoencoderKLWan)
+    # pixel (parameter-free: area-pooled by pixel_spatial_factor) | pixel_unshuffle (parameter-free, lossless:
+    # space-to-depth, every pixel kept in 3 * factor^2 channels) | wan2.2 (AutoencoderKLWan)
+    tokenizer: str = "pixel"
     vae_path: str = ""  # diffusers AutoencoderKLWan directory, for tokenizer = "wan2.2"
     # torch.compile the Wan2.2 VAE encoder when training on a GPU: about 2x faster encodes (21.6 vs 44
     # ms per 33-frame 256x320 clip on an H200) for one compile at the first step (every chunk after the first
     # frame; the log's first-step line says how long). Runs from a latent cache (data.latent_cache) never
     # encode and do not compile it.
     compile_vae: bool = True
-    pixel_spatial_factor: int = 16  # pixel tokenizer's spatial downsampling
+    pixel_spatial_factor: int = 16  # the pixel tokenizers' spatial downsampling
     text_tokenizer_path: str = ""  # "" -> the base checkpoint's own tokenizer, bytes without a base; "byte"; or a tokenizer directory
     max_text_tokens: int = 64
     max_action_dim: int = 36

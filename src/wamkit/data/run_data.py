@@ -61,7 +61,7 @@ def latent_fingerprint(cfg, run_data) -> dict:
         "canvas": run_data.contract.get("canvas"),
         "tokenizer": cfg.model.tokenizer,
         "vae_path": cfg.model.vae_path,
-        "pixel_spatial_factor": cfg.model.pixel_spatial_factor if cfg.model.tokenizer == "pixel" else None,
+        "pixel_spatial_factor": cfg.model.pixel_spatial_factor if cfg.model.tokenizer != "wan2.2" else None,
         "train_windows": window_fingerprint(run_data.train_windows.index),
         "val_windows": window_fingerprint(run_data.val_windows.index) if run_data.val_windows is not None else None,
     }

@@ -15,6 +15,7 @@ from wamkit.errors import ConfigError, DataError
 from wamkit.model.text_tokenizer import ByteTokenizer, PretrainedTextTokenizer, build_text_tokenizer  # noqa: F401
 
 TEMPORAL_FACTOR = 4
+PIXEL_TOKENIZERS = ("pixel", "pixel_unshuffle")  # parameter-free: PixelTokenizer, area-pooled or space-to-depth
 
 # The released Wan2.2 VAE's architecture (diffusers AutoencoderKLWan arguments; its latent statistics
 # come with the checkpoint). `AutoencoderKLWan(**WAN22_VAE_LAYOUT, latents_mean=..., latents_std=...)`
@@ -54,12 +55,21 @@ def _from_unit_range(video: torch.Tensor) -> torch.Tensor:
 
 
 class PixelTokenizer:
-    """Parameter-free tokenizer for the tiny preset: area-downsample space by `spatial_factor`, stack
-    each group of four frames into channels (the first frame is repeated to fill its group)."""
+    """Parameter-free tokenizer for models trained from scratch: shrink space by `spatial_factor`,
+    then stack each group of four frames into channels (the first frame is repeated to fill its
+    group).
 
-    def __init__(self, spatial_factor: int = 16):
+    How space shrinks: by area averaging (`lossless=False`, 3 colour channels per latent pixel: a
+    goal marker smaller than the factor blurs into its surroundings), or by space-to-depth
+    (`lossless=True`, torch's pixel_unshuffle: each latent pixel holds its factor x factor block
+    whole, 3 * factor^2 channels). Space-to-depth keeps every pixel at any token grid, so a 4x
+    coarser grid (16x fewer tokens) still shows a one-pixel marker; decoding inverts it exactly."""
+
+    def __init__(self, spatial_factor: int = 16, lossless: bool = False):
         self.spatial_factor = spatial_factor
-        self.latent_channels = 3 * TEMPORAL_FACTOR
+        self.lossless = lossless
+        self.pixel_channels = 3 * spatial_factor**2 if lossless else 3
+        self.latent_channels = self.pixel_channels * TEMPORAL_FACTOR
         self.device = torch.device("cpu")
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "PixelTokenizer":
@@ -72,18 +82,30 @@ class PixelTokenizer:
         _check_divisible(h, w, self.spatial_factor)
         t = latent_frames(n)
         x = _to_unit_range(video.to(self.device, non_blocking=True))  # [B,3,N,H,W]
-        x = F.avg_pool3d(x, kernel_size=(1, self.spatial_factor, self.spatial_factor))
+        x = self._shrink(x)  # [B,c,N,h,w]
         first = x[:, :, :1].expand(-1, -1, TEMPORAL_FACTOR, -1, -1)
-        x = torch.cat([first, x[:, :, 1:]], dim=2)  # [B,3,4t,h,w]
-        x = x.reshape(b, 3, t, TEMPORAL_FACTOR, *x.shape[-2:])
+        x = torch.cat([first, x[:, :, 1:]], dim=2)  # [B,c,4t,h,w]
+        x = x.reshape(b, self.pixel_channels, t, TEMPORAL_FACTOR, *x.shape[-2:])
         return x.permute(0, 3, 1, 2, 4, 5).reshape(b, self.latent_channels, t, *x.shape[-2:])
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         b, _, t, h, w = latents.shape
-        x = latents.reshape(b, TEMPORAL_FACTOR, 3, t, h, w).permute(0, 2, 3, 1, 4, 5)
-        x = x.reshape(b, 3, t * TEMPORAL_FACTOR, h, w)[:, :, TEMPORAL_FACTOR - 1 :]
-        x = F.interpolate(x, scale_factor=(1, self.spatial_factor, self.spatial_factor), mode="nearest")
-        return _from_unit_range(x)
+        x = latents.reshape(b, TEMPORAL_FACTOR, self.pixel_channels, t, h, w).permute(0, 2, 3, 1, 4, 5)
+        x = x.reshape(b, self.pixel_channels, t * TEMPORAL_FACTOR, h, w)[:, :, TEMPORAL_FACTOR - 1 :]
+        return _from_unit_range(self._grow(x))
+
+    def _shrink(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.spatial_factor
+        if not self.lossless:
+            return F.avg_pool3d(x, kernel_size=(1, f, f))
+        frames = F.pixel_unshuffle(x.transpose(1, 2), f)  # [B,N,3f^2,h,w]: pixel_unshuffle takes [..., C, H, W]
+        return frames.transpose(1, 2)
+
+    def _grow(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.spatial_factor
+        if not self.lossless:
+            return F.interpolate(x, scale_factor=(1, f, f), mode="nearest")
+        return F.pixel_shuffle(x.transpose(1, 2), f).transpose(1, 2)
 
 
 class WanTokenizer:
@@ -292,8 +314,8 @@ def _check_divisible(h: int, w: int, factor: int) -> None:
 def build_video_tokenizer(kind: str, vae_path: str = "", pixel_spatial_factor: int = 16,
                           device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> VideoTokenizer:
     """The run's video tokenizer on the run's device (weights in `dtype` when given)."""
-    if kind == "pixel":
-        return PixelTokenizer(pixel_spatial_factor).to(device)
+    if kind in PIXEL_TOKENIZERS:
+        return PixelTokenizer(pixel_spatial_factor, lossless=kind == "pixel_unshuffle").to(device)
     if kind == "wan2.2":
         return WanTokenizer.from_pretrained(vae_path, dtype or torch.float32).to(device)
-    raise ConfigError("model.tokenizer", f"unknown tokenizer {kind!r}", "use 'pixel' or 'wan2.2'")
+    raise ConfigError("model.tokenizer", f"unknown tokenizer {kind!r}", "use 'pixel', 'pixel_unshuffle' or 'wan2.2'")

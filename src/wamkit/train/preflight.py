@@ -171,7 +171,8 @@ def check_base_checkpoint(cfg) -> str | None:
     base = BaseWeights(path)
     from wamkit.model.tokenizer import PixelTokenizer
 
-    channels = 48 if cfg.model.tokenizer == "wan2.2" else PixelTokenizer(cfg.model.pixel_spatial_factor).latent_channels
+    lossless = cfg.model.tokenizer == "pixel_unshuffle"
+    channels = 48 if cfg.model.tokenizer == "wan2.2" else PixelTokenizer(cfg.model.pixel_spatial_factor, lossless).latent_channels
     model = build_model(cfg, channels, meta=True)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)
     return f"{path}: {base.kind}, {len(list(base.keys()))} tensors match the model"
