@@ -28,17 +28,21 @@ class CountingEnv(SimEnv):
 
     def __post_init__(self):
         self.spec = get_spec("metaworld/reach-v3")
-        self.resolution, self.max_episode_steps, self.actions = 32, self.budget, []
+        self.resolution, self.max_episode_steps, self.actions, self.observed = 32, self.budget, [], 0
 
     def reset(self, seed):
         self.actions = []
         return {"step": 0}
 
-    def step(self, action):
+    def step(self, action, observe=True):
         self.actions.append(np.asarray(action).copy())
         n = len(self.actions)
         success = n >= self.succeed_at
-        return StepResult({"step": n}, success, success or n >= self.max_episode_steps, {})
+        self.observed += int(observe)
+        return StepResult(self._obs() if observe else None, success, success or n >= self.max_episode_steps, {})
+
+    def _obs(self):
+        return {"step": len(self.actions)}
 
 
 def test_action_repeat_holds_each_action_and_rescales_rate_and_budget():
@@ -53,6 +57,8 @@ def test_action_repeat_holds_each_action_and_rescales_rate_and_budget():
     np.testing.assert_array_equal(np.stack(inner.actions), np.repeat([[1.0, 0, 0, 0], [0, 2.0, 0, 0]], 4, axis=0))
     spent = env.step(np.zeros(4))  # only 2 inner steps of budget left: stops there, done
     assert spent.obs == {"step": 10} and spent.done and not spent.success
+    assert inner.observed == 0  # the wrapper looks once per held action, through observe()
+    assert ActionRepeat(CountingEnv(), 2).step(np.zeros(4), observe=False).obs is None
 
 
 def test_success_inside_a_held_action_counts_and_the_action_is_still_held():

@@ -64,6 +64,28 @@ def test_env_observation_and_determinism():
         np.testing.assert_allclose(a["state"], b["state"])
 
 
+def test_a_chunk_executed_blind_ends_in_the_observation_of_stepping_with_eyes_open():
+    """The closed-loop workers step a chunk without rendering and render once after its last action:
+    that observation is the one a per-step rendering loop ends with, pixel for pixel."""
+    from wamkit.sim.workers import EnvSettings, _act, _env
+
+    with make_env(ENV, resolution=64) as env:
+        env.reset(7)
+        chunk = []
+        for _ in range(8):
+            chunk.append(env.expert_action())
+            seen = env.step(chunk[-1]).obs
+    envs, settings = {}, EnvSettings(resolution=64)
+    worker_env = _env(envs, ENV, settings)  # the env a worker process keeps for this task
+    worker_env.reset(7)
+    obs, taken, success, done = _act(envs, settings, ENV, chunk, steps_left=100)
+    assert taken == 8 and not done
+    np.testing.assert_array_equal(obs["image"], seen["image"])
+    np.testing.assert_array_equal(obs["state"], seen["state"])
+    assert worker_env.step(chunk[0], observe=False).obs is None
+    worker_env.close()
+
+
 def test_recorded_dataset_loads_passes_doctor_and_drops_failures(recorded):
     root, summary = recorded
     assert summary.attempted == 3 and summary.kept == 2 and summary.dropped == 1

@@ -235,7 +235,7 @@ class AlohaTransferCubeEnv(SimEnv):
         self._q_cmd = {"left": self._start_pose[0:6].copy(), "right": self._start_pose[8:14].copy()}
         return self._obs()
 
-    def step(self, action: np.ndarray) -> StepResult:
+    def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         a = self._checked_action(action, *ALOHA_BOUNDS)
         self._task.before_step(a, self._physics)
         self._physics.step(self._n_sub_steps)
@@ -245,7 +245,7 @@ class AlohaTransferCubeEnv(SimEnv):
         self._steps += 1
         success = reward == self._task.max_reward
         info = {"reward": reward, "is_success": success}
-        return StepResult(self._obs(), success, success or self._steps >= self.max_episode_steps, info)
+        return StepResult(self._obs() if observe else None, success, success or self._steps >= self.max_episode_steps, info)
 
     # ---- expert ---------------------------------------------------------------------------------
     def _make_plan(self) -> dict[str, _Track]:

@@ -62,7 +62,7 @@ class EnvSpec:
 
 @dataclass
 class StepResult:
-    obs: dict
+    obs: dict | None  # None when stepped with observe=False
     success: bool
     done: bool  # success or the step budget is spent
     info: dict
@@ -81,8 +81,15 @@ class SimEnv:
     def reset(self, seed: int) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def step(self, action: np.ndarray) -> StepResult:  # pragma: no cover - interface
+    def step(self, action: np.ndarray, observe: bool = True) -> StepResult:  # pragma: no cover - interface
+        """Apply one action. `observe=False` leaves StepResult.obs None and renders nothing: a policy
+        executing a chunk looks only after its last action (`observe()` then), and rendering is
+        most of a Meta-World step."""
         raise NotImplementedError
+
+    def observe(self) -> dict:
+        """The observation of the current state, as `step` would have returned it."""
+        return self._obs()
 
     def expert_action(self) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError

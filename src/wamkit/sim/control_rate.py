@@ -32,14 +32,17 @@ class ActionRepeat(SimEnv):
     def expert_action(self) -> np.ndarray:
         return self.env.expert_action()
 
-    def step(self, action: np.ndarray) -> StepResult:
+    def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         success = False
-        for _ in range(self.repeat):
-            result = self.env.step(action)
+        for _ in range(self.repeat):  # only the held action's last simulator step is looked at
+            result = self.env.step(action, observe=False)
             success = success or result.success
             if result.done and not result.success:  # the inner budget is spent
                 break
-        return StepResult(result.obs, success, success or result.done, result.info)
+        return StepResult(self.env.observe() if observe else None, success, success or result.done, result.info)
+
+    def observe(self) -> dict:
+        return self.env.observe()
 
     def close(self) -> None:
         self.env.close()

@@ -108,12 +108,12 @@ class MetaWorldEnv(SimEnv):
         self._steps = 0
         return self._obs()
 
-    def step(self, action: np.ndarray) -> StepResult:
+    def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         a = self._checked_action(action, *self.spec.action_bounds).astype(np.float32)
         self._raw_obs, _reward, _term, _trunc, info = self._env.step(a)
         self._steps += 1
         success = bool(info.get("success", 0.0))
-        return StepResult(self._obs(), success, success or self._steps >= self.max_episode_steps, dict(info))
+        return StepResult(self._obs() if observe else None, success, success or self._steps >= self.max_episode_steps, dict(info))
 
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action for the current state (it reads the privileged full observation)."""

@@ -122,7 +122,7 @@ class SO101PickPlaceEnv(SimEnv):
         self._left_workspace = False
         return self._obs()
 
-    def step(self, action: np.ndarray) -> StepResult:
+    def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         a = self._checked_action(action, *SO101_ACTION_BOUNDS).astype(np.float32)
         _obs, _reward, terminated, _trunc, info = self._env.step(a)
         self._steps += 1
@@ -130,7 +130,7 @@ class SO101PickPlaceEnv(SimEnv):
         self._left_workspace = self._left_workspace or (terminated and not info["succeed"])
         success = bool(info["succeed"]) and not self._left_workspace
         done = success or self._left_workspace or self._steps >= self.max_episode_steps
-        return StepResult(self._obs(), success, done, {**info, "left_workspace": self._left_workspace})
+        return StepResult(self._obs() if observe else None, success, done, {**info, "left_workspace": self._left_workspace})
 
     # ---- expert ---------------------------------------------------------------------------------
     def expert_action(self) -> np.ndarray:

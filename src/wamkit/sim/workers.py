@@ -52,14 +52,15 @@ def _reset(envs, settings, name: str, seed: int):
 
 
 def _act(envs, settings, name: str, actions, steps_left: int):
-    """Execute actions until success-and-done, done or `steps_left`; (obs, steps taken, success, done)."""
-    env, obs, success, done, taken = _env(envs, name, settings), None, False, False, 0
+    """Execute actions until success-and-done, done or `steps_left`; (obs, steps taken, success, done).
+    Only the state after the last action is rendered: the policy plans from it alone."""
+    env, success, done, taken = _env(envs, name, settings), False, False, 0
     for action in actions[:steps_left]:
-        result = env.step(action)
-        obs, taken, success, done = result.obs, taken + 1, success or result.success, result.done
+        result = env.step(action, observe=False)
+        taken, success, done = taken + 1, success or result.success, result.done
         if done:
             break
-    return obs, taken, success, done or taken >= steps_left
+    return (env.observe() if taken else None), taken, success, done or taken >= steps_left
 
 
 HANDLERS = {"expert": _expert, "reset": _reset, "act": _act}
