@@ -249,12 +249,22 @@ def complete(chain: Chain, stage: int) -> bool:
     return latest is not None and ckpt.read_marker(latest)["step"] == int(chain.scale[stage]["trainer.max_iter"])
 
 
+def accepted_path(chain: Chain, stage: int) -> Path:
+    """Where a stage's accepted checks are kept across calls (the work directory outlives each phase's out/)."""
+    return chain.work / f"stage{stage}_accepted.json"
+
+
 def train_stage(chain: Chain, stage: int) -> dict:
     """One stage through its recipe's usage line (resumed by run name from its last save if an earlier call
-    stopped it), then its checks; a stage an earlier call completed and checked is not launched again."""
+    stopped it), then its checks. A stage an earlier call completed and checked is not launched again; one
+    it completed but was stopped before checking (the deadline can fall between the last save and the
+    checks) is checked now without training."""
     if complete(chain, stage):
-        log(f"stage {stage} is complete at {chain.iteration(stage)} (checked by the call that finished it)")
-        return {"stage": stage, "already_complete": str(chain.iteration(stage))}
+        if accepted_path(chain, stage).exists():
+            log(f"stage {stage} is complete at {chain.iteration(stage)} (checked by the call that finished it)")
+            return json.loads(accepted_path(chain, stage).read_text())
+        log(f"stage {stage} is complete at {chain.iteration(stage)} but was never checked: checking it now")
+        return check_stage(chain, stage)
     command = "train" if stage < 2 else "distill"
     overrides = chain.overrides(stage)
     log(f"stage {stage} overrides: {json.dumps(overrides)}")
@@ -291,6 +301,7 @@ def check_stage(chain: Chain, stage: int) -> dict:
             last = [r["loss"] for r in records if r["role"] == role][-10:]
             result[f"{role}_loss_last10_mean"] = sum(last) / len(last)
     (chain.out / f"stage{stage}_metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text())
+    accepted_path(chain, stage).write_text(json.dumps(result))
     log(f"stage {stage} accepted: {json.dumps(result)}")
     return result
 

@@ -51,3 +51,23 @@ def test_handoff_follows_seed_002_table(chain_module, tmp_path, monkeypatch):
     assert all(e["BIMANUAL_BUNDLE"] == str(chain.bundle) for e in env.values())
     with pytest.raises(SystemExit, match="no completed checkpoint"):
         chain_module.Chain(tmp_path, tmp_path / "out", "smoke").handoff_env(1)
+
+
+def test_a_stage_completed_but_never_checked_is_checked_not_retrained(chain_module, tmp_path, monkeypatch):
+    """A phase deadline can fall between a stage's last save and its checks: the next call must check
+    it (once), never skip it as if checked, and never train it again."""
+    chain = chain_module.Chain(tmp_path, tmp_path / "out", "smoke")
+    checked, launched = [], []
+    monkeypatch.setattr(chain_module, "complete", lambda chain, stage: True)
+    monkeypatch.setattr(chain, "iteration", lambda stage: tmp_path / f"s{stage}")
+    monkeypatch.setattr(chain_module, "run", lambda *a, **k: launched.append(a))
+
+    def check(chain, stage):
+        checked.append(stage)
+        chain_module.accepted_path(chain, stage).write_text('{"stage": 3, "steps": 360}')
+        return {"stage": 3, "steps": 360}
+
+    monkeypatch.setattr(chain_module, "check_stage", check)
+    assert chain_module.train_stage(chain, 3) == {"stage": 3, "steps": 360} and checked == [3]
+    assert chain_module.train_stage(chain, 3) == {"stage": 3, "steps": 360} and checked == [3]  # kept from the first check
+    assert launched == []
