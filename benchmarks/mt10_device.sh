@@ -158,8 +158,9 @@ phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing li
   record
   local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < 2 )) && iters=2
   stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box)"
-  WAMKIT_SYNC_DEBUG=1 train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
+  WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=3 train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
   grep -h "samples/s\|first step\|memory:\|synchronised\|train rc" "$OUT"/train_policy.log | tail -6
+  sed -n '/profile of steps/,/top GPU kernels/p' "$OUT"/train_policy.log  # the step under torch.profiler (wamkit.train.step_profile)
   $PY - "$RUNS/policy/metrics.jsonl" <<'PYEOF'  # where a training step's time goes (median over the logged steps)
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])][1:]  # the first logged step carries the compile

@@ -25,7 +25,7 @@ from wamkit.storage import download, is_remote, upload
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
                                         trainable_state)
-from wamkit.train import memory, sync_check
+from wamkit.train import memory, step_profile, sync_check
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
@@ -373,6 +373,8 @@ class Trainer:
         self.timeline.mark("optimizer/EMA/resume/loader")
         first = True
         check_syncs = bool(os.environ.get(sync_check.ENV)) and self.device.type == "cuda"
+        # WAMKIT_PROFILE_STEPS: warm steps under torch.profiler, after the first (compile) and the sync check's
+        profiler = step_profile.StepProfile(step_profile.requested_steps() if main else 0, self.device, self.local_dir)
         interval = StepInterval()  # the steps since the last synchronised one: their rates are measured together
         while self.step < cfg.max_iter:
             if not interval.steps:  # logging, validation and saves between intervals are not training time
@@ -388,7 +390,10 @@ class Trainer:
                 if main:
                     print(f"[wamkit] {sync_check.sync_line(self.step + 1, found)}", flush=True)
             else:
+                if not first:
+                    profiler.begin(upcoming)
                 record = self.train_step(stream, read_timer=synced)
+                profiler.end(upcoming)
             self.step += 1
             interval.add(record)
             if synced:  # the step timer's read waited for the GPU: the wall clock covers the interval's work

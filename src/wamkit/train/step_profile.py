@@ -1,0 +1,119 @@
+"""Where a training step's time goes: a diagnostic (WAMKIT_PROFILE_STEPS=N profiles N warm steps).
+
+At small widths a step is bound by the host, not by arithmetic: the bimanual chain's medium world
+model spends 89 ms in forward + backward for ~2 ms of FLOPs on an H200 (benchmarks/RESULTS.md).
+torch.profiler over a few warm steps says how much of the wall time the GPU is busy, how many ops
+and kernel launches a step issues, and which wamkit or diffusers function issues them, which is
+what any vectorisation or graph capture of the step has to target. The chrome trace is written
+beside metrics.jsonl for a closer look (chrome://tracing or ui.perfetto.dev)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+ENV = "WAMKIT_PROFILE_STEPS"
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync")
+# A Python frame event of the profiler's tracer: "<path>/wamkit/x/y.py(123): function"
+_FRAME = re.compile(r"((?:wamkit|diffusers)/[\w/]+\.py)\(\d+\): ([\w<>]+)")
+
+
+def requested_steps() -> int:
+    value = os.environ.get(ENV, "").strip()
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        raise ValueError(f"{ENV}={value!r}: set it to the number of warm steps to profile (e.g. 3)") from None
+
+
+class StepProfile:
+    """Profiles `steps` consecutive training steps from the first one `begin` is called for, then
+    prints its summary once (`end` after every step). Inactive with steps = 0."""
+
+    def __init__(self, steps: int, device: torch.device, out_dir: Path, print_fn=print):
+        self.left, self.device, self.out_dir, self.print = int(steps), device, Path(out_dir), print_fn
+        self._prof = None
+        self.first_step = 0
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    def begin(self, step: int) -> None:
+        if self.left <= 0 or self._prof is not None:
+            return
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        self._prof = profile(activities=activities, with_stack=True)
+        self._prof.__enter__()
+        self.first_step, self._t0 = step, time.perf_counter()
+
+    def end(self, step: int) -> None:
+        if self._prof is None:
+            return
+        self.left -= 1
+        if self.left > 0:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - self._t0
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        steps = step - self.first_step + 1
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        trace = self.out_dir / f"profile_steps_{self.first_step}-{step}.json"
+        prof.export_chrome_trace(str(trace))
+        for line in summary_lines(prof.events(), steps, wall, f"steps {self.first_step}-{step}") + [f"trace: {trace}"]:
+            self.print(f"[wamkit] {line}", flush=True)
+
+
+def site_of(event) -> str:
+    """The innermost wamkit or diffusers function an event ran under ("(other)": torch's own, e.g. autograd)."""
+    e = event.cpu_parent
+    while e is not None:
+        m = _FRAME.search(e.name)
+        if m:
+            return f"{m.group(1)}:{m.group(2)}"
+        e = e.cpu_parent
+    return "(other)"
+
+
+def _top_level_op(e) -> bool:
+    return e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
+
+
+def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12) -> list[str]:
+    """The summary of profiled `events` over `steps` steps that took `wall_s` seconds in all."""
+    per = lambda x: x / max(steps, 1)  # noqa: E731
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    busy_ms = per(sum(k.time_range.elapsed_us() for k in kernels) / 1e3)
+    step_ms = per(wall_s * 1e3)
+    by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
+    for e in events:
+        if _top_level_op(e):
+            site = by_site[site_of(e)]
+            site[0] += 1
+            site[2] += e.cpu_time_total / 1e3
+        elif e.name in LAUNCHES:
+            by_site[site_of(e)][1] += 1
+    ops, launches = (sum(v[i] for v in by_site.values()) for i in (0, 1))
+    bound = ("GPU-bound" if busy_ms > 0.8 * step_ms else "host-bound") if kernels else "no GPU kernels (CPU run)"
+    lines = [f"profile of {label} ({steps} steps): {step_ms:.1f} ms a step, GPU kernels busy {busy_ms:.1f} ms "
+             f"({busy_ms / step_ms:.0%}): {bound}",
+             f"per step: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies; by function "
+             "(ops / launches / host ms in those ops, a step):"]
+    for site, (n, k, ms) in sorted(by_site.items(), key=lambda kv: -kv[1][2])[:rows]:
+        lines.append(f"  {site:64s} {per(n):7.0f} / {per(k):6.0f} / {per(ms):7.2f}")
+    if kernels:
+        gpu = defaultdict(float)
+        for k in kernels:
+            gpu[k.name] += k.time_range.elapsed_us() / 1e3
+        top = sorted(gpu.items(), key=lambda kv: -kv[1])[:6]
+        lines.append("top GPU kernels (ms a step): " + "; ".join(f"{name[:60]} {per(ms):.2f}" for name, ms in top))
+    return lines

@@ -1,0 +1,29 @@
+"""WAMKIT_PROFILE_STEPS: warm training steps under torch.profiler, summarised by the function that
+issued their ops, with a chrome trace beside metrics.jsonl."""
+
+import json
+
+import pytest
+
+from tests.helpers import train_tiny_run
+from wamkit.train import step_profile
+
+
+def test_profiled_steps_are_summarised_by_issuing_function(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(step_profile.ENV, "2")
+    run = train_tiny_run(tmp_path, "profiled")
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "[wamkit] profile of" in line or "per step:" in line]
+    assert lines and "profile of steps 2-3 (2 steps)" in lines[0] and "no GPU kernels (CPU run)" in lines[0]
+    assert "wamkit/diffusion/objective.py:" in out  # ops attributed to wamkit's own functions
+    assert "diffusers/models/transformers/transformer_cosmos3.py:forward" in out
+    trace = run / "profile_steps_2-3.json"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name", "").startswith("aten::") for e in events)
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4  # training went on
+
+
+def test_bad_value_names_the_variable(monkeypatch):
+    monkeypatch.setenv(step_profile.ENV, "three")
+    with pytest.raises(ValueError, match="WAMKIT_PROFILE_STEPS"):
+        step_profile.requested_steps()
