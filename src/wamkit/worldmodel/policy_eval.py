@@ -39,7 +39,7 @@ import torch
 from wamkit.data import LeRobotV3Dataset
 from wamkit.worldmodel import metrics as M
 from wamkit.worldmodel.report import PSNR_CAP_DB, _fmt, _json_safe, _separator, write_mp4
-from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, _seed_for, load_episode, rollout_episode
+from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, _seed_for, load_episode, rollout_episodes
 
 STATE_MODES = ("none", "recorded")
 SCORES = ("best", "final")
@@ -291,9 +291,8 @@ def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how
     """Unranked anchors scored like the policies: the recorded actions through the world model
     (`expert`), and the first frame held (`static`)."""
     expert, static = [], []
-    for ep in eps:
-        pred = rollout_episode(wm, ep, "autoregressive", seed).pred
-        frames = torch.cat([c[1:] for c in pred])[:max_steps]
+    for ep, rollout in zip(eps, rollout_episodes(wm, eps, "autoregressive", seed)):
+        frames = torch.cat([c[1:] for c in rollout.pred])[:max_steps]
         expert.append(rollout_score(goal_psnr(frames, ep.frames[-1]), how))
         static.append(rollout_score(goal_psnr(ep.frames[:1], ep.frames[-1]), how))
     return {name: dict(zip(("score", "sem"), mean_sem(vals)), per_episode=vals)

@@ -25,7 +25,7 @@ import torch
 from wamkit.data import LeRobotV3Dataset
 from wamkit.worldmodel import metrics as M
 from wamkit.worldmodel.rollout import (MODES, BundleEpisodes, Rollout, WorldModel, WorldModelError, load_episode, probe_episode,
-                                       rollout_episode)
+                                       rollout_episodes)
 
 PSNR_THRESHOLD_DB = 20.0
 
@@ -259,7 +259,7 @@ def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], mod
     loaded = {ep: _episode(dataset, ep, wm.contract) for ep in episodes}
     by_mode: dict[str, list[Rollout]] = {}
     for mode in modes:
-        by_mode[mode] = [rollout_episode(wm, loaded[ep], mode, seed) for ep in episodes]
+        by_mode[mode] = rollout_episodes(wm, [loaded[ep] for ep in episodes], mode, seed)
         if videos:
             for r in by_mode[mode]:
                 path = out_dir / "videos" / f"ep{r.episode:03d}_{mode}.mp4"

@@ -237,39 +237,79 @@ class Rollout:
     extra: dict = field(default_factory=dict)
 
 
-def rollout_episode(wm: WorldModel, ep: EpisodeData, mode: str, seed: int = 0, max_batch: int = 8) -> Rollout:
-    if mode not in MODES:
-        raise WorldModelError("modes", f"unknown rollout mode {mode!r}", f"use any of {list(MODES)}")
+@dataclass
+class _Inputs:
+    """One episode's chunks as the model takes them."""
+
+    ep: EpisodeData
+    starts: list[int]
+    real: torch.Tensor  # [N, T+1, H, W, 3]
+    actions: torch.Tensor  # [N, T, max_action_dim] normalized
+    states: torch.Tensor | None  # [N, max_action_dim] normalized
+    seeds: list[int]
+
+
+def _inputs(wm: WorldModel, ep: EpisodeData, seed: int) -> _Inputs:
     t = wm.chunk_length
     starts = chunk_starts(len(ep.frames), t)
     if not starts:
         raise WorldModelError(f"episode {ep.episode}", f"has {len(ep.frames)} frames, fewer than chunk_length + 1 = {t + 1}",
                               "pick longer episodes")
-    real = torch.stack([ep.frames[s:s + t + 1] for s in starts])
-    actions = torch.stack([wm.normalize_actions(ep.actions[s:s + t]) for s in starts])
-    states = torch.stack([wm.normalize_states(ep.states[s]) for s in starts]) if wm.use_state else None
-    seeds = [_seed_for(seed, ep.episode, k) for k in range(len(starts))]
-    preds = []
+    return _Inputs(ep, starts, torch.stack([ep.frames[s:s + t + 1] for s in starts]),
+                   torch.stack([wm.normalize_actions(ep.actions[s:s + t]) for s in starts]),
+                   torch.stack([wm.normalize_states(ep.states[s]) for s in starts]) if wm.use_state else None,
+                   [_seed_for(seed, ep.episode, k) for k in range(len(starts))])
+
+
+def _predict(wm: WorldModel, items: list[tuple[_Inputs, int, torch.Tensor]]) -> torch.Tensor:
+    """One batched predict of chunk k of each (episode inputs, k, conditioning frame) item."""
+    states = [x.states[k] for x, k, _ in items] if wm.use_state else None
+    return wm.predict(torch.stack([f for _, _, f in items]), torch.stack([x.actions[k] for x, k, _ in items]),
+                      torch.stack(states) if states is not None else None, [x.ep.task for x, _, _ in items],
+                      [x.seeds[k] for x, k, _ in items])
+
+
+def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: int = 0, max_batch: int = 16) -> list[Rollout]:
+    """`mode` on every episode, the episodes' chunks sampled together in batches of up to `max_batch`: in
+    teacher-forced mode any chunks, in autoregressive mode chunk k of every episode that has one (each
+    waits only for its own chunk k - 1). Noise is per (seed, episode, chunk), so the videos do not depend
+    on the batching. The wall time is shared out by chunk count (the sum over episodes is the total)."""
+    if mode not in MODES:
+        raise WorldModelError("modes", f"unknown rollout mode {mode!r}", f"use any of {list(MODES)}")
+    inputs = [_inputs(wm, ep, seed) for ep in eps]
+    preds: list[list] = [[None] * len(x.starts) for x in inputs]
     wall = time.perf_counter()
     if mode == "teacher_forced":
-        for i in range(0, len(starts), max_batch):
-            j = slice(i, i + max_batch)
-            preds.append(wm.predict(real[j, 0], actions[j], states[j] if states is not None else None,
-                                    [ep.task] * len(seeds[j]), seeds[j]))
-        pred = torch.cat(preds)
-        baseline = real[:, :1].expand_as(real).clone()
+        items = [(i, k) for i, x in enumerate(inputs) for k in range(len(x.starts))]
+        for b in range(0, len(items), max_batch):
+            batch = items[b:b + max_batch]
+            out = _predict(wm, [(inputs[i], k, inputs[i].real[k, 0]) for i, k in batch])
+            for (i, k), video in zip(batch, out):
+                preds[i][k] = video
     else:
-        first = real[0, 0]
-        for k in range(len(starts)):
-            out = wm.predict(first.unsqueeze(0), actions[k:k + 1], states[k:k + 1] if states is not None else None,
-                             [ep.task], [seeds[k]])
-            preds.append(out)
-            first = out[0, -1]
-        pred = torch.cat(preds)
-        baseline = real[:1, :1].expand_as(real).clone()
+        for k in range(max(len(x.starts) for x in inputs)):
+            live = [i for i, x in enumerate(inputs) if k < len(x.starts)]
+            for b in range(0, len(live), max_batch):
+                batch = live[b:b + max_batch]
+                first = [inputs[i].real[0, 0] if k == 0 else preds[i][k - 1][-1] for i in batch]
+                out = _predict(wm, [(inputs[i], k, f) for i, f in zip(batch, first)])
+                for i, video in zip(batch, out):
+                    preds[i][k] = video
     wall = time.perf_counter() - wall
-    return Rollout(ep.episode, mode, starts, real, pred, baseline, actions[..., : wm.action_dim].mean(1), wall,
-                   len(starts) * t / wm.fps)
+    chunks = sum(len(x.starts) for x in inputs)
+    rollouts = []
+    for x, pred in zip(inputs, preds):
+        real = x.real
+        baseline = (real[:, :1] if mode == "teacher_forced" else real[:1, :1]).expand_as(real).clone()
+        rollouts.append(Rollout(x.ep.episode, mode, x.starts, real, torch.stack(pred), baseline,
+                                x.actions[..., : wm.action_dim].mean(1), wall * len(x.starts) / chunks,
+                                len(x.starts) * wm.chunk_length / wm.fps))
+    return rollouts
+
+
+def rollout_episode(wm: WorldModel, ep: EpisodeData, mode: str, seed: int = 0, max_batch: int = 8) -> Rollout:
+    """`mode` on one episode (`rollout_episodes` with one episode)."""
+    return rollout_episodes(wm, [ep], mode, seed, max_batch)[0]
 
 
 def probe_actions(wm: WorldModel, ep: EpisodeData, scale: float = 1.0) -> tuple[list[tuple[int, str]], torch.Tensor]:
