@@ -5,18 +5,20 @@
 # which survive only while the machine stays warm; call 3 needs nothing from them (it records the data
 # again on a fresh machine).
 #
-#   PHASE=1 bash benchmarks/bimanual_chain_device.sh   # ~8.5 min: install 0.5, record 160 episodes on 14 processes ~1,
-#                                                      #   bundle + validate x4 ~1, stage 0 (700 x 16) ~3, stage 1 (450 x 16) ~2
-#   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~7 min: stage 2 (500 x 8) ~1.5, stage 3 (360 x 4 = 60 student +
-#                                                      #   300 critic updates) ~2.5, judging (student, teacher at 30 steps,
-#                                                      #   export + its eval, strip) ~2
+#   PHASE=1 bash benchmarks/bimanual_chain_device.sh   # 8.3 min measured: install 0.5, record 160 episodes on 14 processes
+#                                                      #   0.8, bundle + validate x4 1.9, stage 0 (700 x 16) 2.7, stage 1 (450 x 16) 2.0
+#   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~9.5: stage 2 (500 x 8) 3.9 + readback, stage 3 (360 x 4 = 60 student
+#                                                      #   + 300 critic updates) ~5; the deadline usually falls here
+#   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # again: stage 3's checks, then judging (student, teacher at 30 steps,
+#                                                      #   export + its eval, strip): ~5* with the batched rollouts
 #   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min: Nano width, each stage's first 3 steps (0, 1 with LoRA) or
 #                                                      #   its estimate and the GPU count it needs (2, 3), peak vs --dry-run
-# MEASURED (2026-12-01, per_sample attention in every stage): data 150 s, stage 0 310 s, stage 1 203 s, stage 2
-# 220 s, readbacks ~20 s each, stage 3 not finished: phase 1 ended in stage 1, phase 2 in stage 3. Stages 0-1
-# now train with flex + compiled layers (faster, not yet measured). Until that is measured, plan THREE calls,
-# back to back: PHASE=1, PHASE=2, PHASE=2 again (stage 3 and the judging). TRAIN_ATTENTION=per_sample goes back to
-# the measured configuration if flex fails in stages 0-1.
+# MEASURED (2026-12-01, sixth session, benchmarks/RESULTS.md): phase 1 494 s (data 163 s, stage 0 162 s at 121
+# samples/s and stage 1 123 s at 122, flex + compiled layers, readbacks ~19 s); phase 2: stage 2 233 s, stage 3
+# ~300 s (then the deadline); the student's eval wm took 384 s when rollouts ran one episode at a time (now
+# batched across episodes, not yet measured). Plan THREE calls, back to back: PHASE=1, PHASE=2, PHASE=2 again
+# (stage 3's checks if the deadline cut them, then the judging). TRAIN_ATTENTION=per_sample goes back to the
+# slower per_sample stages 0-1 if flex fails.
 # Every phase stops its stages at 560 s; phase 2 first finishes what phase 1 left unfinished (a stage
 # resumes from its last checkpoint), and any phase run again on the warm machine skips completed stages.
 # A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing: go on with the next phase.
