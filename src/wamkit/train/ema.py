@@ -16,10 +16,15 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module, step: int) -> None:
+        """One fused lerp over all averaged weights (torch's foreach kernels): a loop of one lerp per
+        tensor launched hundreds of kernels a step, a fixed host cost that bounds small models' steps."""
         beta = self.beta_at(step)
-        for name, param in model.named_parameters():
-            if name in self.shadow:
-                self.shadow[name].lerp_(param.detach().float(), 1.0 - beta)
+        pairs = [(self.shadow[name], param.detach()) for name, param in model.named_parameters() if name in self.shadow]
+        if not pairs:
+            return
+        shadows = [s for s, _ in pairs]
+        params = [p if p.dtype == s.dtype else p.to(s.dtype) for s, p in pairs]
+        torch._foreach_lerp_(shadows, params, 1.0 - beta)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.shadow
