@@ -227,3 +227,25 @@ def test_compiled_layers_do_not_recompile_for_new_per_sample_packs():
         sum(o.square().sum() for o in out.sample + out.action).backward()
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[0] > 0 and graphs[1] == graphs[2] == graphs[0], graphs
+
+
+def test_loss_indexes_timesteps_and_sample_ids_spell_out_the_layout():
+    """The packed index tensors, written out by hand for two samples: the second with a noisy frame
+    between clean ones (a block-causal target chunk) and a filler-padded text prefix."""
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
+    a = SequenceSample(text_ids=[1, 2, 3], video=torch.zeros(12, 2, 4, 4), actions=torch.zeros(2, 8), clean_video_frames=[0],
+                       clean_action_rows=[0], sigma=0.25, fps=10.0)
+    b = SequenceSample(text_ids=[4, 5], video=torch.zeros(12, 3, 4, 4), actions=torch.zeros(3, 8), clean_video_frames=[0, 2],
+                       clean_action_rows=[0, 1, 2], sigma=0.5, fps=10.0)
+    batch = pack_samples([a, b], model.config, text_multiple=4)
+    kw = batch.forward_kwargs
+    und = 8  # 3 + 2 text tokens + 3 filler
+    per_frame = 4  # 4x4 latents in 2x2 patches
+    a_video, b_video = und, und + 2 * per_frame + 2  # a: 2 frames + 2 action rows
+    assert kw["und_len"] == und and kw["sequence_length"] == b_video + 3 * per_frame + 3
+    assert kw["vision_mse_loss_indexes"].tolist() == [*range(a_video + 4, a_video + 8), *range(b_video + 4, b_video + 8)]
+    assert kw["vision_timesteps"].dtype == torch.float32 and kw["vision_timesteps"].tolist() == [250.0] * 4 + [500.0] * 4
+    assert kw["action_mse_loss_indexes"].tolist() == [a_video + 2 * per_frame + 1]
+    assert batch.und_sample_ids.tolist() == [0, 0, 0, 1, 1, 2, 2, 2]  # the filler is a sample of its own
+    assert batch.gen_sample_ids.tolist() == [0] * 10 + [1] * 15
+    assert batch.vision_noisy_frames == [[1], [1]] and batch.action_noisy_rows == [[1], []]

@@ -10,6 +10,7 @@ choice `wamkit.model.attention_backends`."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -63,11 +64,13 @@ class PackedBatch:
     layout_key: tuple = ()  # equal keys <=> equal positions, indexes and masks
 
 
+@functools.lru_cache(maxsize=4096)
 def text_positions(num_tokens: int) -> torch.Tensor:
     """Text shares one increasing id on all three mRoPE axes."""
     return torch.arange(num_tokens, dtype=torch.float32).expand(3, -1)
 
 
+@functools.lru_cache(maxsize=4096)  # a pack repeats a few layouts; callers only read (torch.cat copies)
 def grid_positions(
     grid_t: int, grid_h: int, grid_w: int, temporal_offset: float, fps: float | None, base_fps: float,
     temporal_compression: int, base_temporal_compression: int, start_frame: int = 0,
@@ -108,7 +111,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
     und_len = sum(len(s.text_ids) for s in samples) + filler
     device = samples[0].video.device
 
-    input_ids, und_ids, gen_ids = [], [], []
+    input_ids, und_runs, gen_runs = [], [], []  # runs: (sample id, token count), expanded at the end
     text_pos, gen_pos = [], []
     vision_seq, vision_loss, vision_shapes, vision_noisy, vision_t = [], [], [], [], []
     action_seq, action_loss, action_shapes, action_noisy, action_t, domains = [], [], [], [], [], []
@@ -117,7 +120,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
     for i, s in enumerate(samples):
         n_text = len(s.text_ids)
         input_ids.extend(s.text_ids)
-        und_ids.extend([i] * n_text)
+        und_runs.append((i, n_text))
         text_pos.append(text_positions(n_text))
         offset = n_text + margin
         _, t, h, w = s.video.shape
@@ -125,10 +128,12 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         per_frame = grid[1] * grid[2]
         n_vision = t * per_frame
         vision_seq.append(torch.arange(cursor, cursor + n_vision))
-        noisy = s.noisy_video_frames()
-        vision_noisy.append(torch.tensor(noisy, dtype=torch.long))
-        vision_loss.extend(cursor + f * per_frame + k for f in noisy for k in range(per_frame))
-        vision_t.extend([s.sigma * 1000.0] * (len(noisy) * per_frame))
+        noisy = torch.tensor(s.noisy_video_frames(), dtype=torch.long)
+        vision_noisy.append(noisy)
+        # every token of every noisy frame, frame by frame: built as tensors (a Python int per token cost
+        # ~10 ms a step at 64 samples of 1,280 video tokens)
+        vision_loss.append((cursor + noisy[:, None] * per_frame + torch.arange(per_frame)).flatten())
+        vision_t.append(torch.full((len(noisy) * per_frame,), s.sigma * 1000.0, dtype=torch.float32))
         vision_shapes.append(grid)
         gen_pos.append(grid_positions(*grid, offset, s.fps if fps_mod else None, base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR))
         frame_chunk = s.frame_chunk_ids()
@@ -150,10 +155,10 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
             chunk_ids.append(torch.tensor([frame_chunk[min((p + TEMPORAL_FACTOR - 1) // TEMPORAL_FACTOR, t - 1)] for p in pixel], dtype=torch.long))
             cursor += n_act
             n_gen += n_act
-        gen_ids.extend([i] * n_gen)
+        gen_runs.append((i, n_gen))
     if filler:  # after every real sample's text, so each sample's text keeps its place and positions
         input_ids.extend([0] * filler)
-        und_ids.extend([len(samples)] * filler)
+        und_runs.append((len(samples), filler))
         text_pos.append(text_positions(filler))
 
     has_actions = bool(action_seq)
@@ -173,8 +178,8 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         vision_tokens=[s.video.unsqueeze(0) for s in samples],
         vision_token_shapes=vision_shapes,
         vision_sequence_indexes=up(torch.cat(vision_seq)),
-        vision_mse_loss_indexes=up(vision_loss),
-        vision_timesteps=up(vision_t, torch.float32),
+        vision_mse_loss_indexes=up(torch.cat(vision_loss)),
+        vision_timesteps=up(torch.cat(vision_t)),
         vision_noisy_frame_indexes=_on_device(vision_noisy, device),
     )
     if has_actions:
@@ -189,14 +194,22 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         )
     return PackedBatch(
         forward_kwargs=kwargs,
-        und_sample_ids=up(und_ids),
-        gen_sample_ids=up(gen_ids),
+        und_sample_ids=up(_expand_runs(und_runs)),
+        gen_sample_ids=up(_expand_runs(gen_runs)),
         num_samples=len(samples),
         vision_noisy_frames=[v.tolist() for v in vision_noisy],
         action_noisy_rows=[a.tolist() for a in action_noisy],
         gen_chunk_ids=up(torch.cat(chunk_ids)) if any(s.causal_chunk_frames > 0 for s in samples) else None,
         layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
     )
+
+
+def _expand_runs(runs: list[tuple[int, int]]) -> torch.Tensor:
+    """[(id, n), ...] -> the ids, each repeated n times (long), without a Python int per token."""
+    if not runs:
+        return torch.zeros(0, dtype=torch.long)
+    ids, counts = zip(*runs)
+    return torch.repeat_interleave(torch.tensor(ids, dtype=torch.long), torch.tensor(counts, dtype=torch.long))
 
 
 def _on_device(tensors: list[torch.Tensor], device, shape: tuple | None = None) -> list[torch.Tensor]:
