@@ -29,6 +29,10 @@
 # wamkit closed loop ~1.45 s per episode on 15 workers (100 episodes 165 s, compile included), ~8x the
 # estimate above, so PHASE=1 was cut at 600 s in the final 50/task evaluation and the judge did not run.
 # ACT and DP evaluate at ~4.7 and ~2.4 episodes/s on 7 workers each.
+# Changed since, not yet measured on the GPU: the workers render once per executed chunk instead of every
+# env step (7.5 -> 1.5 ms a step on the CPU box), the policy's predict replays its whole forward as one
+# CUDA graph (ForwardGraphs), pack_samples is ~5x cheaper on the host, and PHASE=profile prints the
+# training step under torch.profiler (WAMKIT_PROFILE_STEPS). Run PHASE=profile first to re-size TRAIN_S/SPS.
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
