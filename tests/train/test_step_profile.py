@@ -28,3 +28,10 @@ def test_bad_value_names_the_variable(monkeypatch):
     monkeypatch.setenv(step_profile.ENV, "three")
     with pytest.raises(ValueError, match="WAMKIT_PROFILE_STEPS"):
         step_profile.requested_steps()
+
+
+def test_a_profile_longer_than_the_run_ends_with_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(step_profile.ENV, "10")
+    run = train_tiny_run(tmp_path, "short")  # 4 steps: steps 2-4 profiled
+    assert "profile of steps 2-4 (3 steps)" in capsys.readouterr().out
+    assert (run / "profile_steps_2-4.json").is_file()

@@ -54,10 +54,11 @@ class StepProfile:
         self._prof.__enter__()
         self.first_step, self._t0 = step, time.perf_counter()
 
-    def end(self, step: int) -> None:
+    def end(self, step: int, last: bool = False) -> None:
+        """After each step; `last`: the run's final step, which ends a profile short of its N steps."""
         if self._prof is None:
             return
-        self.left -= 1
+        self.left = 0 if last else self.left - 1
         if self.left > 0:
             return
         if self.device.type == "cuda":

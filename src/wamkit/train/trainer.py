@@ -393,7 +393,7 @@ class Trainer:
                 if not first:
                     profiler.begin(upcoming)
                 record = self.train_step(stream, read_timer=synced)
-                profiler.end(upcoming)
+                profiler.end(upcoming, last=upcoming == cfg.max_iter)
             self.step += 1
             interval.add(record)
             if synced:  # the step timer's read waited for the GPU: the wall clock covers the interval's work
