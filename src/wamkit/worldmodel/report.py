@@ -17,6 +17,7 @@ import json
 import math
 from collections import defaultdict
 from fractions import Fraction
+import time
 from pathlib import Path
 
 import numpy as np
@@ -347,8 +348,10 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise WorldModelError("modes", f"{bad or modes} not understood", f"use any of {list(MODES)}")
+    t0 = time.perf_counter()
     wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
                               guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode, attention=attention)
+    load_s = time.perf_counter() - t0
     ds = open_episodes(dataset or wm.contract["dataset"])
     val_episodes = list(wm.contract.get("val_episodes") or [])
     if isinstance(ds, BundleEpisodes):  # a bundle run records episode ids (ep00012)
@@ -364,8 +367,12 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     held_out = sum(e in val_episodes for e in episodes)
     print(f"evaluating episodes {episodes} of {ds.root} ({held_out} of them held out of training)")
     out = Path(out_dir) if out_dir else default_out_dir(wm, use_ema)
+    t1 = time.perf_counter()
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,
                       psnr_threshold=psnr_threshold)
+    rollout_s = sum(res["model"].get("wall_seconds", 0.0) for res in report["results"].values())
+    print(f"time: model load {load_s:.1f} s, rollouts {rollout_s:.1f} s, the rest (episodes, probes, scores, videos, "
+          f"plots) {time.perf_counter() - t1 - rollout_s:.1f} s")
     for mode, res in report["results"].items():
         m, b = res["model"], res["baseline"]
         print(f"{mode:15s} PSNR {_fmt(m['psnr'], 2)} dB (baseline {_fmt(b['psnr'], 2)})  SSIM {_fmt(m['ssim'])} "
