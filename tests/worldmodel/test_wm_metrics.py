@@ -47,6 +47,22 @@ def test_ssim_is_symmetric_batched_and_drops_with_noise():
     assert window.shape == (11, 11) and float(window.sum()) == pytest.approx(1.0)
 
 
+def test_separable_ssim_equals_the_2d_window_definition():
+    """SSIM's local statistics from two 1-D convolutions equal those of the 11x11 window (Wang et al.)."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(5)
+    a, b = (torch.randint(0, 256, (3, 24, 40, 3), generator=g, dtype=torch.uint8) for _ in range(2))
+    x, y = (t.double().permute(0, 3, 1, 2).reshape(-1, 1, 24, 40) for t in (a, b))
+    k = M.gaussian_window().view(1, 1, 11, 11)
+    mu_x, mu_y = F.conv2d(x, k), F.conv2d(y, k)
+    xx, yy, xy = F.conv2d(x * x, k) - mu_x**2, F.conv2d(y * y, k) - mu_y**2, F.conv2d(x * y, k) - mu_x * mu_y
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    s = ((2 * mu_x * mu_y + c1) * (2 * xy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (xx + yy + c2))
+    expected = s.mean(dim=(1, 2, 3)).view(-1, 3).mean(1)
+    torch.testing.assert_close(M.ssim(a, b), expected, rtol=0, atol=1e-12)
+
+
 def _moving_square(dx, dy, frames=5, size=32):
     video = torch.zeros(frames, size, size, 3, dtype=torch.uint8)
     for t in range(frames):

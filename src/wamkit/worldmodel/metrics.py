@@ -44,24 +44,32 @@ def psnr(pred: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return 10.0 * torch.log10(MAX**2 / mse)  # mse = 0 -> inf
 
 
-def gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+def gaussian_1d(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
     x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2.0
     g = torch.exp(-(x**2) / (2 * sigma**2))
-    g = g / g.sum()
+    return g / g.sum()
+
+
+def gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+    """The 2-D SSIM window: the outer product of `gaussian_1d` with itself."""
+    g = gaussian_1d(size, sigma)
     return g[:, None] * g[None, :]
 
 
 def ssim(pred: torch.Tensor, real: torch.Tensor, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
     """Per frame [...]: mean SSIM over valid windows and RGB channels. Frames smaller than the
-    window use a window of the frame's smaller side."""
+    window use a window of the frame's smaller side. The Gaussian window is separable, so its five
+    local statistics are two 1-D convolutions of one stacked batch (the 2-D window's values, up to
+    float64 rounding, at ~1/5 of its cost)."""
     shape = pred.shape[:-3]
     h, w = pred.shape[-3], pred.shape[-2]
     size = min(window, h, w)
     x = _float(pred).reshape(-1, h, w, 3).permute(0, 3, 1, 2).reshape(-1, 1, h, w)
     y = _float(real).reshape(-1, h, w, 3).permute(0, 3, 1, 2).reshape(-1, 1, h, w)
-    k = gaussian_window(size, sigma).view(1, 1, size, size)
-    mu_x, mu_y = F.conv2d(x, k), F.conv2d(y, k)
-    xx, yy, xy = F.conv2d(x * x, k) - mu_x**2, F.conv2d(y * y, k) - mu_y**2, F.conv2d(x * y, k) - mu_x * mu_y
+    g = gaussian_1d(size, sigma)
+    stats = F.conv2d(F.conv2d(torch.cat([x, y, x * x, y * y, x * y]), g.view(1, 1, 1, size)), g.view(1, 1, size, 1))
+    mu_x, mu_y, ex2, ey2, exy = stats.split(len(x))
+    xx, yy, xy = ex2 - mu_x**2, ey2 - mu_y**2, exy - mu_x * mu_y
     c1, c2 = (0.01 * MAX) ** 2, (0.03 * MAX) ** 2
     s = ((2 * mu_x * mu_y + c1) * (2 * xy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (xx + yy + c2))
     return s.mean(dim=(1, 2, 3)).view(-1, 3).mean(1).reshape(shape)
