@@ -42,10 +42,6 @@ class StepProfile:
         self._prof = None
         self.first_step = 0
 
-    @property
-    def active(self) -> bool:
-        return self._prof is not None
-
     def begin(self, step: int) -> None:
         if self.left <= 0 or self._prof is not None:
             return

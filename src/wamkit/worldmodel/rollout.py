@@ -238,7 +238,7 @@ class Rollout:
 
 
 @dataclass
-class _Inputs:
+class _EpisodeChunks:
     """One episode's chunks as the model takes them."""
 
     ep: EpisodeData
@@ -249,19 +249,19 @@ class _Inputs:
     seeds: list[int]
 
 
-def _inputs(wm: WorldModel, ep: EpisodeData, seed: int) -> _Inputs:
+def _episode_chunks(wm: WorldModel, ep: EpisodeData, seed: int) -> _EpisodeChunks:
     t = wm.chunk_length
     starts = chunk_starts(len(ep.frames), t)
     if not starts:
         raise WorldModelError(f"episode {ep.episode}", f"has {len(ep.frames)} frames, fewer than chunk_length + 1 = {t + 1}",
                               "pick longer episodes")
-    return _Inputs(ep, starts, torch.stack([ep.frames[s:s + t + 1] for s in starts]),
+    return _EpisodeChunks(ep, starts, torch.stack([ep.frames[s:s + t + 1] for s in starts]),
                    torch.stack([wm.normalize_actions(ep.actions[s:s + t]) for s in starts]),
                    torch.stack([wm.normalize_states(ep.states[s]) for s in starts]) if wm.use_state else None,
                    [_seed_for(seed, ep.episode, k) for k in range(len(starts))])
 
 
-def _predict(wm: WorldModel, items: list[tuple[_Inputs, int, torch.Tensor]]) -> torch.Tensor:
+def _predict(wm: WorldModel, items: list[tuple[_EpisodeChunks, int, torch.Tensor]]) -> torch.Tensor:
     """One batched predict of chunk k of each (episode inputs, k, conditioning frame) item."""
     states = [x.states[k] for x, k, _ in items] if wm.use_state else None
     return wm.predict(torch.stack([f for _, _, f in items]), torch.stack([x.actions[k] for x, k, _ in items]),
@@ -276,7 +276,7 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
     on the batching. The wall time is shared out by chunk count (the sum over episodes is the total)."""
     if mode not in MODES:
         raise WorldModelError("modes", f"unknown rollout mode {mode!r}", f"use any of {list(MODES)}")
-    inputs = [_inputs(wm, ep, seed) for ep in eps]
+    inputs = [_episode_chunks(wm, ep, seed) for ep in eps]
     preds: list[list] = [[None] * len(x.starts) for x in inputs]
     wall = time.perf_counter()
     if mode == "teacher_forced":
