@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import defaultdict
 from fractions import Fraction
-import time
 from pathlib import Path
 
 import numpy as np
