@@ -3,6 +3,7 @@
     python benchmarks/bimanual_chain.py --phase 1 --work /tmp/bimanual --out $OUT     # data, stage 0, stage 1
     python benchmarks/bimanual_chain.py --phase 2 --work /tmp/bimanual --out $OUT     # stage 2, stage 3, judging, export
     python benchmarks/bimanual_chain.py --phase 3 --work /tmp/bimanual --out $OUT     # Nano width: first steps, peak memory
+    python benchmarks/bimanual_chain.py --phase 2 3 --work /tmp/bimanual --out $OUT   # several phases in order, one deadline
     python benchmarks/bimanual_chain.py --phase smoke --work /tmp/bm_smoke --out /tmp/bm_smoke/out   # all three on the CPU, tiny
 
 Data: `wamkit sim record aloha/transfer-cube` (three cameras, `--workers` processes) -> `wamkit data bundle`
@@ -437,7 +438,13 @@ def nano(chain: Chain, preset: str, steps: int) -> list[dict]:
             row.update(json.loads(probe.splitlines()[-1]))
         rows.append(row)
         log(f"nano stage {stage}: {json.dumps(row)}")
+        print(nano_line(row), flush=True)  # each row as it lands: a deadline in a later stage loses none of it
     return rows
+
+
+def nano_line(row: dict) -> str:
+    peak = f"{row['peak_gib']:.1f}" if row.get("peak_gib") is not None else "-"
+    return f"nano_stage{row['stage']} estimate_gib={row['estimate_gib']:.1f} peak_gib={peak} fits={row['fits']} {row.get('needs', '')}"
 
 
 def nano_probe(command: str, recipe: str, overrides: list[str]) -> dict:
@@ -486,14 +493,12 @@ def phase3(chain: Chain, preset: str, steps: int) -> None:
     make_data(chain, validate=not (chain.bundle / "samples.json").is_file())  # recorded again on a fresh machine only
     rows = nano(chain, preset, steps)
     write_results(chain, "phase3", {"preset": preset, "steps": steps, "stages": rows})
-    for r in rows:
-        peak = f"{r['peak_gib']:.1f}" if r.get("peak_gib") is not None else "-"
-        print(f"nano_stage{r['stage']} estimate_gib={r['estimate_gib']:.1f} peak_gib={peak} fits={r['fits']} {r.get('needs', '')}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["1", "2", "3", "smoke"])
+    parser.add_argument("--phase", nargs="+", choices=["1", "2", "3", "smoke"],
+                        help="one phase, or several run in order under one deadline (e.g. 2 3: the judging, then Nano width)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bimanual"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bimanual/out")))
     parser.add_argument("--nano-steps", type=int, default=3)
@@ -510,7 +515,7 @@ def main(argv=None) -> int:
     if args.nano_probe:
         print(json.dumps(nano_probe(args.nano_probe[0], args.nano_probe[1], args.nano_probe[2:])))
         return 0
-    smoke = args.phase == "smoke"
+    smoke = "smoke" in args.phase
     chain = Chain(args.work, args.out, args.scale or ("smoke" if smoke else "gpu"))
     if args.train_attention:
         compiled = "true" if args.train_attention == "flex" else "false"
@@ -518,13 +523,9 @@ def main(argv=None) -> int:
                                          for stage in (0, 1)}}
     t0 = time.perf_counter()
     DEADLINE[0] = t0 + (args.phase_s or chain.scale["phase_s"])
-    if args.phase in ("1", "smoke"):
-        phase1(chain)
-    if args.phase in ("2", "smoke"):
-        phase2(chain)
-    if args.phase in ("3", "smoke"):
-        phase3(chain, "tiny" if smoke else "nano", args.nano_steps)
-    log(f"phase {args.phase} done in {time.perf_counter() - t0:.0f} s")
+    for phase in ("1", "2", "3") if smoke else args.phase:
+        {"1": phase1, "2": phase2, "3": lambda c: phase3(c, "tiny" if smoke else "nano", args.nano_steps)}[phase](chain)
+        log(f"phase {phase} done at {time.perf_counter() - t0:.0f} s")
     return 0
 
 

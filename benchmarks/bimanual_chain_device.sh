@@ -9,17 +9,18 @@
 #                                                      #   0.8, bundle + validate x4 1.9, stage 0 (700 x 16) 2.7, stage 1 (450 x 16) 2.0
 #   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~9.5: stage 2 (500 x 8) 3.9 + readback, stage 3 (360 x 4 = 60 student
 #                                                      #   + 300 critic updates) ~5; the deadline usually falls here
-#   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # again: stage 3's checks, then judging (student, teacher at 30 steps,
-#                                                      #   export + its eval, strip): ~5* with the batched rollouts
-#   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min: Nano width, each stage's first 3 steps (0, 1 with LoRA) or
-#                                                      #   its estimate and the GPU count it needs (2, 3), peak vs --dry-run
+#   PHASE="2 3" bash benchmarks/bimanual_chain_device.sh   # again: stage 3's checks, the judging (student, teacher at
+#                                                      #   30 steps, export + its eval, strip), then Nano width with what is
+#                                                      #   left of the call: each stage's first 3 steps (0, 1 with LoRA) or its
+#                                                      #   estimate and the GPU count it needs (2, 3), peak vs --dry-run
+#   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min on a fresh machine: Nano width alone (records the data again)
 # MEASURED (2026-12-01, sixth session, benchmarks/RESULTS.md): phase 1 494 s (data 163 s, stage 0 162 s at 121
 # samples/s and stage 1 123 s at 122, flex + compiled layers, readbacks ~19 s); phase 2: stage 2 233 s, stage 3
 # ~300 s (then the deadline); the student's eval wm took 384 s when rollouts ran one episode at a time (now
-# batched across episodes, not yet measured). Plan THREE calls, back to back: PHASE=1, PHASE=2, PHASE=2 again
-# (stage 3's checks if the deadline cut them, then the judging). TRAIN_ATTENTION=per_sample goes back to the
+# batched across episodes, not yet measured). Plan THREE calls, back to back: PHASE=1, PHASE=2, PHASE="2 3"
+# (stage 3's checks if the deadline cut them, the judging, then Nano width). TRAIN_ATTENTION=per_sample goes back to the
 # slower per_sample stages 0-1 if flex fails.
-# Every phase stops its stages at 560 s; phase 2 first finishes what phase 1 left unfinished (a stage
+# Every call (one phase or several) stops its stages at 560 s; phase 2 first finishes what phase 1 left unfinished (a stage
 # resumes from its last checkpoint), and any phase run again on the warm machine skips completed stages.
 # A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing: go on with the next phase.
 # Logs, metrics, the eval reports, the strip and the mp4 come back under $OUT (at most 8 files: tarred).
@@ -30,13 +31,14 @@ export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MUJOCO_GL=egl OMP_NUM_TH
 EGL_VENDOR=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json  # where the device README says the driver's EGL lives
 [ -f $EGL_VENDOR ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$EGL_VENDOR
 python3 -c "import mujoco; mujoco.Renderer(mujoco.MjModel.from_xml_string('<mujoco/>'), 16, 16); print('MuJoCo EGL ok')" || exit 1
-W=/tmp/bimanual; R=$W/out_phase${PHASE:?set PHASE=1, 2 or 3}; mkdir -p "$R"
+P=${PHASE:?set PHASE=1, 2, 3 or several in order, e.g. "2 3"}; P=${P// /_}
+W=/tmp/bimanual; R=$W/out_phase$P; mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$R/machine.txt"
-python3 benchmarks/bimanual_chain.py --phase "$PHASE" --work $W --out "$R" ${TRAIN_ATTENTION:+--train-attention $TRAIN_ATTENTION} \
+python3 benchmarks/bimanual_chain.py --phase $PHASE --work $W --out "$R" ${TRAIN_ATTENTION:+--train-attention $TRAIN_ATTENTION} \
   2>&1 | tee "$R/driver.log"
 rc=$?
-grep -h -E "^bimanual_ar|^goals|^nano_stage" "$R/driver.log" > "$OUT/RESULTS_phase$PHASE.txt"
+grep -h -E "^bimanual_ar|^goals|^nano_stage" "$R/driver.log" > "$OUT/RESULTS_phase$P.txt"
 cp "$R/driver.log" "$OUT/"
 cp "$R"/*.png "$R"/*.mp4 "$OUT/" 2>/dev/null
-(cd "$R" && tar czf "$OUT/phase$PHASE.tgz" --exclude='*.mp4' --exclude='*.png' .)
+(cd "$R" && tar czf "$OUT/phase$P.tgz" --exclude='*.mp4' --exclude='*.png' .)
 exit $rc
