@@ -54,6 +54,32 @@ def test_episodes_rolled_out_together_equal_each_alone(fd_run):
         assert sum(r.wall_seconds for r in together) > 0
 
 
+def test_the_first_rollout_warms_the_model_up_untimed_and_once(fd_run):
+    """The real-time factor measures steady generation: the model's first batch runs once, untimed, and
+    its seconds are kept apart; the videos are the ones a model that never warmed up would make."""
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.worldmodel.report import score
+    from wamkit.worldmodel.rollout import load_episode, rollout_episodes
+
+    run, data = fd_run
+    wm = WorldModel.from_path(run, num_steps=2)
+    eps = [load_episode(LeRobotV3Dataset(data), e, wm.contract) for e in (0, 1)]
+    first = rollout_episodes(wm, eps, "autoregressive", seed=3)
+    again = rollout_episodes(wm, eps, "autoregressive", seed=3)
+    assert score(first, "pred", wm.fps)["warmup_seconds"] > 0 and score(again, "pred", wm.fps)["warmup_seconds"] == 0
+    assert all(torch.equal(a.pred, b.pred) for a, b in zip(first, again))
+    predict, batches = wm.predict, []
+
+    def counting(first_frames, *rest):
+        batches.append(len(first_frames))
+        return predict(first_frames, *rest)
+
+    wm.predict, wm.warmed_up = counting, False
+    rollout_episodes(wm, eps, "autoregressive", seed=3)
+    # the warm-up (chunk 0 of both episodes), then one batch per chunk index k
+    assert batches[0] == len(eps) and len(batches) == 1 + max(len(r.starts) for r in first)
+
+
 def test_eval_wm_writes_a_complete_report(fd_run, tmp_path):
     run_dir, data = fd_run
     out = tmp_path / "report"

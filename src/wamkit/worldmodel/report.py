@@ -39,8 +39,11 @@ def _curve(values: dict[int, list[float]], cap: float | None = None) -> list[flo
     return [M.mean_finite(values[k], cap) for k in sorted(values)]
 
 
-def score(rollouts: list[Rollout], which: str, fps: float, psnr_threshold: float = PSNR_THRESHOLD_DB) -> dict:
-    """Summary of `which` ('pred' or 'baseline') against the recorded frames over rollouts of one mode."""
+def score(rollouts: list[Rollout], which: str, fps: float, psnr_threshold: float = PSNR_THRESHOLD_DB,
+          device: torch.device | str = "cpu") -> dict:
+    """Summary of `which` ('pred' or 'baseline') against the recorded frames over rollouts of one mode.
+    The per-frame PSNR and SSIM run on `device` (the model's: on a GPU host the float64 convolutions of
+    SSIM took most of an evaluation on one CPU thread), one chunk at a time to bound its memory."""
     mode = rollouts[0].mode
     chunk_rows, all_psnr, all_ssim, ratios, corrs = [], [], [], [], []
     by_chunk_step: dict[str, dict[int, list[float]]] = {"psnr": defaultdict(list), "ssim": defaultdict(list)}
@@ -49,8 +52,8 @@ def score(rollouts: list[Rollout], which: str, fps: float, psnr_threshold: float
         video = getattr(r, which)
         t = video.shape[1] - 1
         for k, start in enumerate(r.starts):
-            p = M.psnr(video[k, 1:], r.real[k, 1:]).tolist()
-            s = M.ssim(video[k, 1:], r.real[k, 1:]).tolist()
+            pred_k, real_k = video[k, 1:].to(device), r.real[k, 1:].to(device)
+            p, s = M.psnr(pred_k, real_k).tolist(), M.ssim(pred_k, real_k).tolist()
             ratio, corr = M.motion_ratio(video[k], r.real[k]), M.motion_correlation(video[k], r.real[k])
             chunk_rows.append({"episode": r.episode, "chunk": k, "start": start, "psnr": M.mean_finite(p, PSNR_CAP_DB),
                                "ssim": float(np.mean(s)), "motion_ratio": ratio, "motion_corr": corr,
@@ -82,6 +85,7 @@ def score(rollouts: list[Rollout], which: str, fps: float, psnr_threshold: float
     if which == "pred":
         wall = sum(r.wall_seconds for r in rollouts)
         out["wall_seconds"] = wall
+        out["warmup_seconds"] = sum(r.extra.get("warmup_seconds", 0.0) for r in rollouts)
         out["video_seconds"] = sum(r.video_seconds for r in rollouts)
         out["real_time_factor"] = M.real_time_factor(out["video_seconds"], wall)
     else:
@@ -215,8 +219,10 @@ def write_markdown(path: Path, report: dict) -> None:
             lines.append(f"| {mode} | {name} | {_fmt(r['psnr'], 2)} | {_fmt(r['ssim'])} | {_fmt(r['motion_ratio'])} | "
                          f"{_fmt(r['motion_corr'])} | {_fmt(uh['seconds'], 2)}{'+' if uh['reached_end'] else ''} | "
                          f"{_fmt(r['real_time_factor'], 3)} |")
+    warmup = sum(res["model"].get("warmup_seconds") or 0.0 for res in report["results"].values())
     lines += ["", f"Usable horizon: time until PSNR per horizon step falls below {s['psnr_threshold_db']} dB "
-              "('+': never within the evaluated horizon).", ""]
+              "('+': never within the evaluated horizon). Real-time factor: generated video seconds per second of "
+              f"the rollouts, after one untimed warm-up batch ({warmup:.2f} s).", ""]
     if report.get("probes"):
         lines += ["## Action-axis probes", "",
                   "| episode | axis | cosine to data direction | +/- antisymmetry cosine | response (dx, dy) px |",
@@ -266,7 +272,8 @@ def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], mod
                 path = out_dir / "videos" / f"ep{r.episode:03d}_{mode}.mp4"
                 write_mp4(path, side_by_side(r), wm.fps)
                 files.append(str(path.relative_to(out_dir)))
-    results = {mode: {"model": score(rs, "pred", wm.fps, psnr_threshold), "baseline": score(rs, "baseline", wm.fps, psnr_threshold)}
+    device = next(wm.model.parameters()).device
+    results = {mode: {which: score(rs, key, wm.fps, psnr_threshold, device) for which, key in (("model", "pred"), ("baseline", "baseline"))}
                for mode, rs in by_mode.items()}
 
     probe_out = {}
@@ -371,8 +378,9 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,
                       psnr_threshold=psnr_threshold)
     rollout_s = sum(res["model"].get("wall_seconds", 0.0) for res in report["results"].values())
-    print(f"time: model load {load_s:.1f} s, rollouts {rollout_s:.1f} s, the rest (episodes, probes, scores, videos, "
-          f"plots) {time.perf_counter() - t1 - rollout_s:.1f} s")
+    warmup_s = sum(res["model"].get("warmup_seconds", 0.0) for res in report["results"].values())
+    print(f"time: model load {load_s:.1f} s, warm-up batch {warmup_s:.1f} s, rollouts {rollout_s:.1f} s, the rest (episodes, "
+          f"probes, scores, videos, plots) {time.perf_counter() - t1 - rollout_s - warmup_s:.1f} s")
     for mode, res in report["results"].items():
         m, b = res["model"], res["baseline"]
         print(f"{mode:15s} PSNR {_fmt(m['psnr'], 2)} dB (baseline {_fmt(b['psnr'], 2)})  SSIM {_fmt(m['ssim'])} "

@@ -87,6 +87,7 @@ class WorldModel(ContractModel):
         backend = (attention_backend(attention, param.device, param.dtype) if attention
                    else sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype))
         self.processor = install_packed_attention(self.model, backend)
+        self.warmed_up = False
 
     @classmethod
     def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
@@ -98,6 +99,18 @@ class WorldModel(ContractModel):
         if is_export(path):
             return cls(load_from_export(path, device=device), **kw)
         return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
+
+    def warm_up(self, predict) -> float:
+        """Once per model, one untimed batch (`predict()`) before the first timed rollout: the real-time
+        factor then measures steady generation, not the process's first device work (CUDA's kernel
+        selection, the allocator's growth), which on an H200 was a large part of a 4-step student's
+        seconds. Returns its seconds (0 once warm), which the report gives beside the rollouts'."""
+        if self.warmed_up:
+            return 0.0
+        t0 = time.perf_counter()
+        predict()
+        self.warmed_up = True
+        return time.perf_counter() - t0
 
     def shift_for(self, frame: torch.Tensor) -> float:
         """The explicit shift, else the one training used for this frame size."""
@@ -273,11 +286,13 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
     """`mode` on every episode, the episodes' chunks sampled together in batches of up to `max_batch`: in
     teacher-forced mode any chunks, in autoregressive mode chunk k of every episode that has one (each
     waits only for its own chunk k - 1). Noise is per (seed, episode, chunk), so the videos do not depend
-    on the batching. The wall time is shared out by chunk count (the sum over episodes is the total)."""
+    on the batching. The wall time (after the model's one warm-up batch, `WorldModel.warm_up`) and the
+    warm-up's are shared out by chunk count (the sums over episodes are the totals)."""
     if mode not in MODES:
         raise WorldModelError("modes", f"unknown rollout mode {mode!r}", f"use any of {list(MODES)}")
     inputs = [_episode_chunks(wm, ep, seed) for ep in eps]
     preds: list[list] = [[None] * len(x.starts) for x in inputs]
+    warmup = wm.warm_up(lambda: _predict(wm, [(x, 0, x.real[0, 0]) for x in inputs[:max_batch]]))
     wall = time.perf_counter()
     if mode == "teacher_forced":
         items = [(i, k) for i, x in enumerate(inputs) for k in range(len(x.starts))]
@@ -303,7 +318,7 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
         baseline = (real[:, :1] if mode == "teacher_forced" else real[:1, :1]).expand_as(real).clone()
         rollouts.append(Rollout(x.ep.episode, mode, x.starts, real, torch.stack(pred), baseline,
                                 x.actions[..., : wm.action_dim].mean(1), wall * len(x.starts) / chunks,
-                                len(x.starts) * wm.chunk_length / wm.fps))
+                                len(x.starts) * wm.chunk_length / wm.fps, {"warmup_seconds": warmup * len(x.starts) / chunks}))
     return rollouts
 
 
