@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# Issue 29 on one H200 (kind nvidia-h200): the sim-bimanual chain from simulated ALOHA data, in three
+# Issue 29 on one H200 (kind nvidia-h200): the sim-bimanual chain from simulated ALOHA data, in two (at most three)
 # calls of <= 10 minutes, each carry [".whl_bimanual", ".gl"] (benchmarks/bimanual_wheels.sh fills them).
-# Calls 1 and 2 back to back: call 2 reads the stage-0/1 checkpoints call 1 left under /tmp/bimanual,
-# which survive only while the machine stays warm; call 3 needs nothing from them (it records the data
-# again on a fresh machine).
+# Calls back to back: each later call reads the checkpoints the earlier ones left under /tmp/bimanual,
+# which survive only while the machine stays warm; PHASE=3 alone needs nothing from them (it records the
+# data again on a fresh machine).
 #
-#   PHASE=1 bash benchmarks/bimanual_chain_device.sh   # 8.3 min measured: install 0.5, record 160 episodes on 14 processes
-#                                                      #   0.8, bundle + validate x4 1.9, stage 0 (700 x 16) 2.7, stage 1 (450 x 16) 2.0
-#   PHASE=2 bash benchmarks/bimanual_chain_device.sh   # ~9.5: stage 2 (500 x 8) 3.9 + readback, stage 3 (360 x 4 = 60 student
-#                                                      #   + 300 critic updates) ~5; the deadline usually falls here
-#   PHASE="2 3" bash benchmarks/bimanual_chain_device.sh   # again: stage 3's checks, the judging (student, teacher at
-#                                                      #   30 steps, export + its eval, strip), then Nano width with what is
-#                                                      #   left of the call: each stage's first 3 steps (0, 1 with LoRA) or its
-#                                                      #   estimate and the GPU count it needs (2, 3), peak vs --dry-run
-#   PHASE=3 bash benchmarks/bimanual_chain_device.sh   # ~5 min on a fresh machine: Nano width alone (records the data again)
-# MEASURED (2026-12-01, sixth session, benchmarks/RESULTS.md): phase 1 494 s (data 163 s, stage 0 162 s at 121
-# samples/s and stage 1 123 s at 122, flex + compiled layers, readbacks ~19 s); phase 2: stage 2 233 s, stage 3
-# ~300 s (then the deadline); the student's eval wm took 384 s when rollouts ran one episode at a time (now
-# batched across episodes, not yet measured). Plan THREE calls, back to back: PHASE=1, PHASE=2, PHASE="2 3"
-# (stage 3's checks if the deadline cut them, the judging, then Nano width). TRAIN_ATTENTION=per_sample goes back to the
-# slower per_sample stages 0-1 if flex fails.
-# Every call (one phase or several) stops its stages at 560 s; phase 2 first finishes what phase 1 left unfinished (a stage
-# resumes from its last checkpoint), and any phase run again on the warm machine skips completed stages.
-# A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing: go on with the next phase.
+#   PHASE=1 bash benchmarks/bimanual_chain_device.sh       # ~8.8 min: install 0.3, record 160 episodes on 14 processes
+#                                                          #   0.7, bundle 0.5, validate x4 at once ~0.3, stage 0 (700 x 16)
+#                                                          #   2.4, stage 1 (450 x 16) 1.7, stage 2 (500 x 8) 3.0, readbacks
+#   PHASE=2 bash benchmarks/bimanual_chain_device.sh       # ~7.5: what phase 1 left of stage 2, stage 3 (360 x 4 = 60 student
+#                                                          #   + 300 critic updates) 4.4, then the judging (student, teacher
+#                                                          #   at 30 steps, export + its eval, strip and mp4) ~2.5
+#   PHASE="2 3" bash benchmarks/bimanual_chain_device.sh   # only if phase 2 was cut: its rest, then Nano width with what
+#                                                          #   is left of the call: each stage's first 3 steps (0, 1 with
+#                                                          #   LoRA) or its estimate and the GPU count it needs (2, 3)
+#   PHASE=3 bash benchmarks/bimanual_chain_device.sh       # ~5 min on a fresh machine: Nano width alone (records the data again)
+# MEASURED (2026-12-02, seventh session, benchmarks/RESULTS.md) with phase 1 = data + stages 0-1: phase 1 400 s,
+# phase 2 564 s (stages 2-3 441 s with checks, then the deadline in the judging), PHASE="2 3" 565 s (judging
+# 413 s: each eval wm ~120 s, ~90 s of it SSIM on one host thread, since moved to the GPU; Nano 0-1). Stage 2
+# has since moved into phase 1 and the four validations run at once: two calls are the plan, a third only if
+# the deadline cut one. TRAIN_ATTENTION=per_sample goes back to the slower per_sample stages 0-1 if flex fails.
+# Every call (one phase or several) stops its stages at 560 s; a later phase first finishes what an earlier
+# one left unfinished (a stage resumes from its last checkpoint), and any phase run again on the warm machine
+# skips completed stages. A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing:
+# go on with the next phase.
 # Logs, metrics, the eval reports, the strip and the mp4 come back under $OUT (at most 8 files: tarred).
 set -o pipefail
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
