@@ -192,3 +192,23 @@ def test_report_names_the_episodes_the_axes_and_ends_with_a_verdict(fd_run, tmp_
     md = (out / "report.md").read_text()
     assert f"| 0 | 0 {names[0]} |" in md  # probe rows carry the contract's action name
     assert md.rstrip().splitlines()[-1].startswith("- teacher_forced: the model ")  # the report ends with the verdict
+
+
+def test_rollouts_profile_names_the_functions_per_predict(fd_run, monkeypatch, capsys):
+    """WAMKIT_PROFILE_ROLLOUTS=1: the timed rollouts (not the warm-up) summarised per batched predict."""
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.train.step_profile import ROLLOUTS_ENV
+    from wamkit.worldmodel.rollout import load_episode, rollout_episodes
+
+    run, data = fd_run
+    wm = WorldModel.from_path(run, num_steps=2)
+    eps = [load_episode(LeRobotV3Dataset(data), e, wm.contract) for e in (0, 1)]
+    monkeypatch.setenv(ROLLOUTS_ENV, "1")
+    rollouts = rollout_episodes(wm, eps, "teacher_forced", max_batch=2)
+    out = capsys.readouterr().out
+    predicts = -(-sum(len(r.starts) for r in rollouts) // 2)
+    assert f"profile of teacher_forced rollouts of 2 episodes ({predicts} predicts)" in out and "per predict:" in out
+    assert "diffusers/models/transformers/transformer_cosmos3.py:forward" in out
+    monkeypatch.setenv(ROLLOUTS_ENV, "0")
+    rollout_episodes(wm, eps, "teacher_forced", max_batch=2)
+    assert "profile of" not in capsys.readouterr().out

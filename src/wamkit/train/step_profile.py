@@ -85,8 +85,9 @@ def _top_level_op(e) -> bool:
     return e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
 
 
-def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12) -> list[str]:
-    """The summary of profiled `events` over `steps` steps that took `wall_s` seconds in all."""
+def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12, unit: str = "step") -> list[str]:
+    """The summary of profiled `events` over `steps` units (training steps, or a rollout's batched
+    predicts) that took `wall_s` seconds in all."""
     per = lambda x: x / max(steps, 1)  # noqa: E731
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     busy_ms = per(sum(k.time_range.elapsed_us() for k in kernels) / 1e3)
@@ -101,10 +102,10 @@ def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12)
             by_site[site_of(e)][1] += 1
     ops, launches = (sum(v[i] for v in by_site.values()) for i in (0, 1))
     bound = ("GPU-bound" if busy_ms > 0.8 * step_ms else "host-bound") if kernels else "no GPU kernels (CPU run)"
-    lines = [f"profile of {label} ({steps} steps): {step_ms:.1f} ms a step, GPU kernels busy {busy_ms:.1f} ms "
+    lines = [f"profile of {label} ({steps} {unit}s): {step_ms:.1f} ms a {unit}, GPU kernels busy {busy_ms:.1f} ms "
              f"({busy_ms / step_ms:.0%}): {bound}",
-             f"per step: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies; by function "
-             "(ops / launches / host ms in those ops, a step):"]
+             f"per {unit}: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies; by function "
+             f"(ops / launches / host ms in those ops, a {unit}):"]
     for site, (n, k, ms) in sorted(by_site.items(), key=lambda kv: -kv[1][2])[:rows]:
         lines.append(f"  {site:64s} {per(n):7.0f} / {per(k):6.0f} / {per(ms):7.2f}")
     if kernels:
@@ -112,5 +113,33 @@ def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12)
         for k in kernels:
             gpu[k.name] += k.time_range.elapsed_us() / 1e3
         top = sorted(gpu.items(), key=lambda kv: -kv[1])[:6]
-        lines.append("top GPU kernels (ms a step): " + "; ".join(f"{name[:60]} {per(ms):.2f}" for name, ms in top))
+        lines.append(f"top GPU kernels (ms a {unit}): " + "; ".join(f"{name[:60]} {per(ms):.2f}" for name, ms in top))
     return lines
+
+
+ROLLOUTS_ENV = "WAMKIT_PROFILE_ROLLOUTS"
+
+
+class RolloutProfile:
+    """WAMKIT_PROFILE_ROLLOUTS=1: the same summary over a world model's timed rollouts, per batched
+    predict (a diagnostic: the profiler's own host cost slows that run, so its real-time factor is not
+    the product's number). `start` returns None when the variable is unset."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        self._prof = profile(activities=activities, with_stack=True)
+        self._prof.__enter__()
+        self._t0 = time.perf_counter()
+
+    @classmethod
+    def start(cls, device: torch.device) -> "RolloutProfile | None":
+        return cls(device) if os.environ.get(ROLLOUTS_ENV, "").strip() not in ("", "0") else None
+
+    def finish(self, batches: int, label: str, print_fn=print) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - self._t0
+        self._prof.__exit__(None, None, None)
+        for line in summary_lines(self._prof.events(), batches, wall, label, unit="predict"):
+            print_fn(f"[wamkit] {line}", flush=True)

@@ -31,6 +31,7 @@ from wamkit.data.canvas import compose_frames, contract_padding
 from wamkit.errors import WamkitError
 from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
+from wamkit.train.step_profile import RolloutProfile
 from wamkit.diffusion.sampling import sigma_schedule
 from wamkit.worldmodel.chunked import sample_video_chunked
 from wamkit.worldmodel.sampling import sample_video
@@ -293,12 +294,14 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
     inputs = [_episode_chunks(wm, ep, seed) for ep in eps]
     preds: list[list] = [[None] * len(x.starts) for x in inputs]
     warmup = wm.warm_up(lambda: _predict(wm, [(x, 0, x.real[0, 0]) for x in inputs[:max_batch]]))
+    profiler, batches = RolloutProfile.start(next(wm.model.parameters()).device), 0
     wall = time.perf_counter()
     if mode == "teacher_forced":
         items = [(i, k) for i, x in enumerate(inputs) for k in range(len(x.starts))]
         for b in range(0, len(items), max_batch):
             batch = items[b:b + max_batch]
             out = _predict(wm, [(inputs[i], k, inputs[i].real[k, 0]) for i, k in batch])
+            batches += 1
             for (i, k), video in zip(batch, out):
                 preds[i][k] = video
     else:
@@ -308,9 +311,12 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
                 batch = live[b:b + max_batch]
                 first = [inputs[i].real[0, 0] if k == 0 else preds[i][k - 1][-1] for i in batch]
                 out = _predict(wm, [(inputs[i], k, f) for i, f in zip(batch, first)])
+                batches += 1
                 for i, video in zip(batch, out):
                     preds[i][k] = video
     wall = time.perf_counter() - wall
+    if profiler is not None:
+        profiler.finish(batches, f"{mode} rollouts of {len(inputs)} episodes")
     chunks = sum(len(x.starts) for x in inputs)
     rollouts = []
     for x, pred in zip(inputs, preds):
