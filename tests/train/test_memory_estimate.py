@@ -180,6 +180,8 @@ def test_the_first_steps_memory_line_signs_the_estimates_error():
     assert "peak 36.4 GiB" in short and "(-10%)" in short and "30.1 GiB while building" in short
     assert "(+1%)" in memory.measured_line(73.4, 74.0, 29.0)
     assert "estimate" not in memory.measured_line(5.0, None, 4.0)
+    cycle = memory.measured_line(2.1, 2.4, 0.7, "in the first 6 steps (through the first student update)")
+    assert "allocated in the first 6 steps (through the first student update) against the estimate's 2.4 GiB (+14%)" in cycle
 
 
 def test_the_trainers_gate_counts_the_tokens_dry_run_counts_for_a_bundle_and_a_dataset(tmp_path, demo_root):

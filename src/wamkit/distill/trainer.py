@@ -501,14 +501,17 @@ class DistillTrainer:
                               self.cfg.data.num_workers, self.ctx.rank, self.ctx.world_size)
         self.student.train()
         setup_peak = memory.reset_peak(self.device) if self.device.type == "cuda" else None  # the steps' peak apart from the build's
+        first_step, student_updates = self.step, self.student_updates
         try:
             while self.step < cfg.max_iter:
                 t0 = time.perf_counter()
                 record = self.train_step(stream)
                 self.step += 1
-                if setup_peak is not None and main:  # this process's first step: its peak beside the gate's estimate
-                    print(f"[wamkit] {memory.first_step_line(self.device, self.gate_estimate, setup_peak)}", flush=True)
-                setup_peak = None
+                # This process's peak beside the gate's estimate once the student has stepped: SF-DMD's first
+                # five steps are critic turns, before the student's gradients and AdamW moments exist.
+                if setup_peak is not None and self.student_updates > student_updates:
+                    self._print_peak(main, setup_peak, first_step)
+                    setup_peak = None
                 record["samples_per_s"] = self.global_batch / (time.perf_counter() - t0)
                 if main and (self.step % cfg.log_every == 0 or self.step == cfg.max_iter):
                     logger.log({"step": self.step, **record})
@@ -517,7 +520,15 @@ class DistillTrainer:
         finally:
             if logger is not None:
                 logger.close()
+        if setup_peak is not None and self.step > first_step:  # ended before the student's first update
+            self._print_peak(main, setup_peak, first_step, "before the student's first update")
         return self.summary()
+
+    def _print_peak(self, main: bool, setup_peak: float, first_step: int, why: str = "through the first student update") -> None:
+        steps = self.step - first_step
+        where = "in the first step" if steps == 1 else f"in the first {steps} steps ({why})"
+        if main:
+            print(f"[wamkit] {memory.first_step_line(self.device, self.gate_estimate, setup_peak, where)}", flush=True)
 
     def summary(self) -> dict:
         return {"run_dir": str(self.run_dir), "step": self.step, "method": self.dcfg.method,

@@ -198,18 +198,21 @@ def reset_peak(device: torch.device) -> float:
     return peak
 
 
-def first_step_line(device: torch.device, estimate_bytes: float | None, setup_peak_gib: float) -> str:
-    """measured_line for the step just run on `device`, against the gate's estimate in bytes."""
+def first_step_line(device: torch.device, estimate_bytes: float | None, setup_peak_gib: float,
+                    where: str = "in the first step") -> str:
+    """measured_line for the steps just run on `device`, against the gate's estimate in bytes."""
     return measured_line(torch.cuda.max_memory_allocated(device) / GIB, None if estimate_bytes is None else estimate_bytes / GIB,
-                         setup_peak_gib)
+                         setup_peak_gib, where)
 
 
-def measured_line(step_peak_gib: float, estimate_gib: float | None, setup_peak_gib: float) -> str:
-    """What the trainer logs after its first step: the step's peak beside the estimate (its error on
+def measured_line(step_peak_gib: float, estimate_gib: float | None, setup_peak_gib: float,
+                  where: str = "in the first step") -> str:
+    """What the trainer logs after its first step (a distillation: after its first student update, the
+    first step that holds every optimizer's state): the steps' peak beside the estimate (its error on
     the run's own shape, signed: negative means the estimate was short) and the build's peak, which
     the estimate does not model (materialising or loading one tensor at a time stays below it)."""
     said = "" if estimate_gib is None else f" against the estimate's {estimate_gib:.1f} GiB ({(estimate_gib - step_peak_gib) / step_peak_gib:+.0%})"
-    return f"memory: peak {step_peak_gib:.1f} GiB allocated in the first step{said}; {setup_peak_gib:.1f} GiB while building and loading"
+    return f"memory: peak {step_peak_gib:.1f} GiB allocated {where}{said}; {setup_peak_gib:.1f} GiB while building and loading"
 
 
 def vae_parameter_count(cfg) -> int:
