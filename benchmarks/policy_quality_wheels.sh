@@ -14,6 +14,8 @@
 #
 # .gl holds the glvnd/EGL loader libraries the image lacks (MuJoCo's EGL context fails without them).
 set -euo pipefail
+# slim_wheel.py needs Pillow: the project venv has it (scripts/setup.sh), a bare python3 may not
+PILLOW_PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 
 WAMKIT=(  # wamkit's own needs: the transformer/VAE, the video reader/writer, the server
   "av==18.1.0" "websockets==17.4" "diffusers==0.42.1" "importlib_metadata==10.2.0"
@@ -40,7 +42,7 @@ download() {  # dir packages...
 }
 download .whl "${WAMKIT[@]}"
 download .whl_sim "${SIM[@]}"
-${PY:-python3} "$(dirname "$0")/slim_wheel.py" .whl_sim/metaworld-3.1.1-py3-none-any.whl  # needs Pillow
+"$PILLOW_PY" "$(dirname "$0")/slim_wheel.py" .whl_sim/metaworld-3.1.1-py3-none-any.whl  # needs Pillow
 
 mkdir -p .gl /tmp/amd64/partial
 APT=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
