@@ -493,6 +493,23 @@ def phase2(chain: Chain) -> None:
     print(f"bimanual_ar_ssim student={s['ssim']:.4f} teacher={t['ssim']:.4f} copy_last={s['copy_last_ssim']:.4f} "
           f"teacher_video_s_per_s={t['video_s_per_s']:.3f} export_psnr={verdict['export']['psnr']:.2f}")
     print("goals: " + json.dumps(verdict["goals"]))
+    profile_rollouts(chain)
+
+
+def profile_rollouts(chain: Chain) -> None:
+    """A diagnostic after the verdict is printed (a deadline here loses none of it): the student's timed
+    rollouts under torch.profiler (WAMKIT_PROFILE_ROLLOUTS=1), whose summary says per batched predict how
+    busy the GPU is and which functions issue the host's ops: what a chunk costs besides its forwards,
+    which sets the student's speed against the teacher's (the teacher's forward is the same network; its
+    480 profiled forwards would take longer to summarise than to run). The profiled run's real-time
+    factor is the profiler's, not the product's."""
+    out = chain.work / "eval_student_profiled"
+    shutil.rmtree(out, ignore_errors=True)
+    log_text = run(wamkit("eval", "wm", str(chain.run_dir(3)), "--held-out", "--modes", "autoregressive", "--no-probes", "--out", str(out)),
+                   chain.out, "profile_rollouts_student", env={"WAMKIT_PROFILE_ROLLOUTS": "1"})
+    for line in log_text.splitlines():
+        if line.startswith("[wamkit] ") and any(k in line for k in ("profile of", "per predict", "top GPU", "[wamkit]   ")):
+            print(f"student {line}", flush=True)
 
 
 def phase3(chain: Chain, preset: str, steps: int) -> None:

@@ -8,9 +8,10 @@
 #   PHASE=1 bash benchmarks/bimanual_chain_device.sh       # ~8.8 min: install 0.3, record 160 episodes on 14 processes
 #                                                          #   0.7, bundle 0.5, validate x4 at once ~0.3, stage 0 (700 x 16)
 #                                                          #   2.4, stage 1 (450 x 16) 1.7, stage 2 (500 x 8) 3.0, readbacks
-#   PHASE=2 bash benchmarks/bimanual_chain_device.sh       # ~7.5: what phase 1 left of stage 2, stage 3 (360 x 4 = 60 student
+#   PHASE=2 bash benchmarks/bimanual_chain_device.sh       # ~8.5: what phase 1 left of stage 2, stage 3 (360 x 4 = 60 student
 #                                                          #   + 300 critic updates) 4.4, then the judging (student, teacher
-#                                                          #   at 30 steps, export + its eval, strip and mp4) ~2.5
+#                                                          #   at 30 steps, export + its eval, strip and mp4) ~2.5, then the
+#                                                          #   student's rollouts profiled (lines "student [wamkit] ...") ~1
 #   PHASE="2 3" bash benchmarks/bimanual_chain_device.sh   # only if phase 2 was cut: its rest, then Nano width with what
 #                                                          #   is left of the call: each stage's first 3 steps (0, 1 with
 #                                                          #   LoRA) or its estimate and the GPU count it needs (2, 3)
@@ -38,7 +39,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$R/machine
 python3 benchmarks/bimanual_chain.py --phase $PHASE --work $W --out "$R" ${TRAIN_ATTENTION:+--train-attention $TRAIN_ATTENTION} \
   2>&1 | tee "$R/driver.log"
 rc=$?
-grep -h -E "^bimanual_ar|^goals|^nano_stage" "$R/driver.log" > "$OUT/RESULTS_phase$P.txt"
+grep -h -E "^bimanual_ar|^goals|^nano_stage|^student \[wamkit\]" "$R/driver.log" > "$OUT/RESULTS_phase$P.txt"
 cp "$R/driver.log" "$OUT/"
 cp "$R"/*.png "$R"/*.mp4 "$OUT/" 2>/dev/null
 (cd "$R" && tar czf "$OUT/phase$P.tgz" --exclude='*.mp4' --exclude='*.png' .)
