@@ -43,5 +43,5 @@ def chunk_step(sampler: str, x: torch.Tensor, v: torch.Tensor, sigma: float, sig
             noise = torch.stack([torch.randn(x.shape[1:], generator=g) for g in generator])
         else:
             noise = torch.randn(x.shape, generator=generator)
-        return sigma_next * noise.to(x.device) + (1 - sigma_next) * x0
+        return sigma_next * noise.to(x.device, non_blocking=True) + (1 - sigma_next) * x0  # a blocking copy would drain the GPU's queue
     raise ValueError(f"unknown chunk sampler {sampler!r}: use one of {CHUNK_SAMPLERS}")
