@@ -45,10 +45,8 @@ class StepProfile:
     def begin(self, step: int) -> None:
         if self.left <= 0 or self._prof is not None:
             return
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        self._prof = profile(activities=activities, with_stack=True)
-        self._prof.__enter__()
-        self.first_step, self._t0 = step, time.perf_counter()
+        self._prof, self._t0 = _start(self.device)
+        self.first_step = step
 
     def end(self, step: int, last: bool = False) -> None:
         """After each step; `last`: the run's final step, which ends a profile short of its N steps."""
@@ -57,17 +55,31 @@ class StepProfile:
         self.left = 0 if last else self.left - 1
         if self.left > 0:
             return
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        wall = time.perf_counter() - self._t0
         prof, self._prof = self._prof, None
-        prof.__exit__(None, None, None)
+        wall = _stop(prof, self.device, self._t0)
         steps = step - self.first_step + 1
         self.out_dir.mkdir(parents=True, exist_ok=True)
         trace = self.out_dir / f"profile_steps_{self.first_step}-{step}.json"
         prof.export_chrome_trace(str(trace))
         for line in summary_lines(prof.events(), steps, wall, f"steps {self.first_step}-{step}") + [f"trace: {trace}"]:
             self.print(f"[wamkit] {line}", flush=True)
+
+
+def _start(device: torch.device) -> tuple[profile, float]:
+    """torch.profiler recording host ops with their Python stacks (and the GPU's kernels on CUDA), entered."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=activities, with_stack=True)
+    prof.__enter__()
+    return prof, time.perf_counter()
+
+
+def _stop(prof: profile, device: torch.device, t0: float) -> float:
+    """End the recording once the GPU has run what was queued; the wall seconds since `t0`."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    wall = time.perf_counter() - t0
+    prof.__exit__(None, None, None)
+    return wall
 
 
 def site_of(event) -> str:
@@ -127,19 +139,13 @@ class RolloutProfile:
 
     def __init__(self, device: torch.device):
         self.device = device
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        self._prof = profile(activities=activities, with_stack=True)
-        self._prof.__enter__()
-        self._t0 = time.perf_counter()
+        self._prof, self._t0 = _start(device)
 
     @classmethod
     def start(cls, device: torch.device) -> "RolloutProfile | None":
         return cls(device) if os.environ.get(ROLLOUTS_ENV, "").strip() not in ("", "0") else None
 
     def finish(self, batches: int, label: str, print_fn=print) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        wall = time.perf_counter() - self._t0
-        self._prof.__exit__(None, None, None)
+        wall = _stop(self._prof, self.device, self._t0)
         for line in summary_lines(self._prof.events(), batches, wall, label, unit="predict"):
             print_fn(f"[wamkit] {line}", flush=True)
