@@ -341,11 +341,12 @@ def readback(iteration: str) -> dict:
 
 
 # ---- judging ------------------------------------------------------------------------------------
-def eval_wm(chain: Chain, path: Path, name: str, extra: list[str] = ()) -> dict:
+def eval_wm(chain: Chain, path: Path, name: str, extra: list[str] = (), env: dict | None = None) -> dict:
+    """`wamkit eval wm` on the held-out episodes, autoregressive; its log is out/eval_<name>.log."""
     out = chain.work / f"eval_{name}"
     shutil.rmtree(out, ignore_errors=True)
     run(wamkit("eval", "wm", str(path), "--held-out", "--modes", "autoregressive", "--no-probes", "--out", str(out), *extra),
-        chain.out, f"eval_{name}")
+        chain.out, f"eval_{name}", env=env)
     report = json.loads((out / "report.json").read_text())
     shutil.copy(out / "report.md", chain.out / f"eval_{name}.md")
     return report
@@ -503,11 +504,8 @@ def profile_rollouts(chain: Chain) -> None:
     which sets the student's speed against the teacher's (the teacher's forward is the same network; its
     480 profiled forwards would take longer to summarise than to run). The profiled run's real-time
     factor is the profiler's, not the product's."""
-    out = chain.work / "eval_student_profiled"
-    shutil.rmtree(out, ignore_errors=True)
-    log_text = run(wamkit("eval", "wm", str(chain.run_dir(3)), "--held-out", "--modes", "autoregressive", "--no-probes", "--out", str(out)),
-                   chain.out, "profile_rollouts_student", env={"WAMKIT_PROFILE_ROLLOUTS": "1"})
-    for line in log_text.splitlines():
+    eval_wm(chain, chain.run_dir(3), "student_profiled", env={"WAMKIT_PROFILE_ROLLOUTS": "1"})
+    for line in (chain.out / "eval_student_profiled.log").read_text().splitlines():
         if line.startswith("[wamkit] ") and any(k in line for k in ("profile of", "per predict", "top GPU", "[wamkit]   ")):
             print(f"student {line}", flush=True)
 

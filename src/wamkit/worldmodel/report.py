@@ -202,6 +202,11 @@ def verdict(mode: str, result: dict) -> str:
             f"SSIM {_fmt(m['ssim'])} vs {_fmt(b['ssim'])})")
 
 
+def model_seconds(report: dict, key: str) -> float:
+    """The model's `key` (wall_seconds, warmup_seconds) summed over the report's modes."""
+    return sum(res["model"].get(key) or 0.0 for res in report["results"].values())
+
+
 def write_markdown(path: Path, report: dict) -> None:
     s = report["settings"]
     lines = [
@@ -219,7 +224,7 @@ def write_markdown(path: Path, report: dict) -> None:
             lines.append(f"| {mode} | {name} | {_fmt(r['psnr'], 2)} | {_fmt(r['ssim'])} | {_fmt(r['motion_ratio'])} | "
                          f"{_fmt(r['motion_corr'])} | {_fmt(uh['seconds'], 2)}{'+' if uh['reached_end'] else ''} | "
                          f"{_fmt(r['real_time_factor'], 3)} |")
-    warmup = sum(res["model"].get("warmup_seconds") or 0.0 for res in report["results"].values())
+    warmup = model_seconds(report, "warmup_seconds")
     lines += ["", f"Usable horizon: time until PSNR per horizon step falls below {s['psnr_threshold_db']} dB "
               "('+': never within the evaluated horizon). Real-time factor: generated video seconds per second of "
               f"the rollouts, after one untimed warm-up batch ({warmup:.2f} s).", ""]
@@ -272,8 +277,7 @@ def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], mod
                 path = out_dir / "videos" / f"ep{r.episode:03d}_{mode}.mp4"
                 write_mp4(path, side_by_side(r), wm.fps)
                 files.append(str(path.relative_to(out_dir)))
-    device = next(wm.model.parameters()).device
-    results = {mode: {which: score(rs, key, wm.fps, psnr_threshold, device) for which, key in (("model", "pred"), ("baseline", "baseline"))}
+    results = {mode: {which: score(rs, key, wm.fps, psnr_threshold, wm.device) for which, key in (("model", "pred"), ("baseline", "baseline"))}
                for mode, rs in by_mode.items()}
 
     probe_out = {}
@@ -377,8 +381,7 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     t1 = time.perf_counter()
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,
                       psnr_threshold=psnr_threshold)
-    rollout_s = sum(res["model"].get("wall_seconds", 0.0) for res in report["results"].values())
-    warmup_s = sum(res["model"].get("warmup_seconds", 0.0) for res in report["results"].values())
+    rollout_s, warmup_s = model_seconds(report, "wall_seconds"), model_seconds(report, "warmup_seconds")
     print(f"time: model load {load_s:.1f} s, warm-up batch {warmup_s:.1f} s, rollouts {rollout_s:.1f} s, the rest (episodes, "
           f"probes, scores, videos, plots) {time.perf_counter() - t1 - rollout_s - warmup_s:.1f} s")
     for mode, res in report["results"].items():

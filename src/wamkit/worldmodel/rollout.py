@@ -88,6 +88,7 @@ class WorldModel(ContractModel):
         backend = (attention_backend(attention, param.device, param.dtype) if attention
                    else sampling_attention(str(loaded.model_info.get("attention", "auto")), param.device, param.dtype))
         self.processor = install_packed_attention(self.model, backend)
+        self.device = param.device  # where the loader put the weights: the rollouts' and the scores' device
         self.warmed_up = False
 
     @classmethod
@@ -294,7 +295,7 @@ def rollout_episodes(wm: WorldModel, eps: list[EpisodeData], mode: str, seed: in
     inputs = [_episode_chunks(wm, ep, seed) for ep in eps]
     preds: list[list] = [[None] * len(x.starts) for x in inputs]
     warmup = wm.warm_up(lambda: _predict(wm, [(x, 0, x.real[0, 0]) for x in inputs[:max_batch]]))
-    profiler, batches = RolloutProfile.start(next(wm.model.parameters()).device), 0
+    profiler, batches = RolloutProfile.start(wm.device), 0
     wall = time.perf_counter()
     if mode == "teacher_forced":
         items = [(i, k) for i, x in enumerate(inputs) for k in range(len(x.starts))]
