@@ -20,7 +20,9 @@
 # phase 2 564 s (stages 2-3 441 s with checks, then the deadline in the judging), PHASE="2 3" 565 s (judging
 # 413 s: each eval wm ~120 s, ~90 s of it SSIM on one host thread, since moved to the GPU; Nano 0-1). Stage 2
 # has since moved into phase 1 and the four validations run at once: two calls are the plan, a third only if
-# the deadline cut one. TRAIN_ATTENTION=per_sample goes back to the slower per_sample stages 0-1 if flex fails.
+# the deadline cut one. MEASURED (2026-12-02, eighth session): PHASE=1 then PHASE=2, 564 + 566 s, every goal met
+# (student 19.03 dB, teacher 19.23, copy-last 12.40, 27.4 video s/s = 7.9x the teacher); phase 1's deadline
+# fell in stage 2's readback, which phase 2 did first; phase 2's in the profiled diagnostic eval after the verdict. TRAIN_ATTENTION=per_sample goes back to the slower per_sample stages 0-1 if flex fails.
 # Every call (one phase or several) stops its stages at 560 s; a later phase first finishes what an earlier
 # one left unfinished (a stage resumes from its last checkpoint), and any phase run again on the warm machine
 # skips completed stages. A phase that prints "stopped by the phase deadline" exits 1 but has lost nothing:
