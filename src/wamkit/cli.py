@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from wamkit import __version__  # noqa: E402
-from wamkit.device import DEVICE_HELP  # noqa: E402
+from wamkit.device import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP  # noqa: E402
 from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
 # One convention for --set everywhere (help, docs, recipe headers): values bare, '' for an empty one,
@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--raw", action="store_true", help="export the raw weights instead of the EMA")
     export.add_argument("--student-only", action="store_true", help="distillation run: export the student's EMA (+ student.json with its sampling ladder)")
     export.add_argument("--device", default="auto", help="where the reload check runs; " + DEVICE_HELP)
+    export.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the written weights' dtype: float32 keeps the checkpoint's masters; bfloat16 is half the size "
+                        "and what a GPU serves in anyway (wamkit serve --dtype auto)")
 
     serve = sub.add_parser("serve", help="serve a policy over websockets (openpi protocol; GET /healthz)")
     serve.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
@@ -142,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch", type=int, default=16, help="most requests in one batched forward")
     serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger requests get an error")
     serve.add_argument("--device", default="auto", help=DEVICE_HELP)
+    serve.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     serve.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                        help="run every batch size up to --max-batch once before /healthz answers 200 (default: on for CUDA)")
     serve.add_argument("--warmup-size", default=None, metavar="HxW",
@@ -196,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
+    eval_sim.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     eval_sim.add_argument("--workers", type=int, default=0, help="simulator processes: the policy answers all of them in one "
                           "batch per chunk (much faster on many cores; no rollout videos); 0: serial, in this process")
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
@@ -217,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="attention backend for sampling (default: the run's, with flex sampled as per_sample)")
     wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
     wm.add_argument("--device", default="auto", help=DEVICE_HELP)
+    wm.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model against their eval sim success")
     wmp.add_argument("world_model", help="forward-dynamics run directory, checkpoints/iter_<N> directory or export directory")
     wmp.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="at least 2 policy checkpoints/exports, e.g. RUN/checkpoints/iter_*")
@@ -236,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     wmp.add_argument("--no-videos", action="store_true", help="skip the mp4s and strip.png")
     wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
     wmp.add_argument("--device", default="auto", help=DEVICE_HELP)
+    wmp.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP + " (the world model's and every policy's)")
 
     return parser
 
@@ -320,7 +327,8 @@ def _dispatch(args) -> int:
         return eval_wm_main(args.checkpoint, dataset=args.dataset, episodes=episodes, modes=args.modes, out_dir=args.out,
                             num_steps=args.num_steps, shift=args.shift, guidance=args.guidance,
                             guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
-                            probes=not args.no_probes, device=args.device, use_ema=not args.raw, attention=args.attention)
+                            probes=not args.no_probes, device=args.device, use_ema=not args.raw, attention=args.attention,
+                            dtype=args.dtype)
     if args.command == "eval" and args.eval_command == "wm-policy":
         from wamkit.worldmodel.policy_eval import eval_wm_policy_main
 
@@ -328,7 +336,7 @@ def _dispatch(args) -> int:
                                    out_dir=args.out, state=args.state, score=args.score, horizon=args.horizon,
                                    max_steps=args.max_steps, policy_steps=args.policy_steps, num_steps=args.num_steps,
                                    shift=args.shift, guidance=args.guidance, solver=args.solver, seed=args.seed,
-                                   videos=not args.no_videos, device=args.device)
+                                   videos=not args.no_videos, device=args.device, dtype=args.dtype)
     if args.command == "eval" and args.eval_command == "sim":
         from wamkit.eval.suite import eval_sim_main
 
@@ -361,11 +369,11 @@ def _dispatch(args) -> int:
         if args.student_only:
             from wamkit.distill import export_student
 
-            print(f"exported student EMA to {export_student(args.path, args.out_dir)}")
+            print(f"exported student EMA to {export_student(args.path, args.out_dir, dtype=args.dtype)}")
             return 0
         from wamkit.export import export_run
 
-        print(f"exported to {export_run(args.path, args.out_dir, use_ema=not args.raw, device=args.device)}")
+        print(f"exported to {export_run(args.path, args.out_dir, use_ema=not args.raw, device=args.device, dtype=args.dtype)}")
         return 0
     if args.command == "serve":
         from wamkit.serve import serve_main
@@ -375,7 +383,7 @@ def _dispatch(args) -> int:
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
                           warmup_size=parse_size(args.warmup_size) if args.warmup_size else None,
-                          resize_images=args.resize_images, stats_every_s=args.stats_every, fp8=args.fp8)
+                          resize_images=args.resize_images, stats_every_s=args.stats_every, fp8=args.fp8, dtype=args.dtype)
     raise AssertionError(args)
 
 

@@ -34,3 +34,27 @@ def resolve_device(requested: str | torch.device = "auto") -> torch.device:
         print("[wamkit] warning: --device cpu on a machine with a CUDA GPU: computing on the CPU as asked "
               "(drop --device or use auto for the GPU)", file=sys.stderr, flush=True)
     return device
+
+
+INFERENCE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE_CHOICES = ("auto", *INFERENCE_DTYPES)
+DTYPE_HELP = ("the weights' dtype at inference. auto (default): on a GPU, the compute dtype the run trained in "
+              "(parallel.param_dtype, bfloat16 in the GPU recipes); on the CPU, the dtype the weights are stored in "
+              "(float32 for a run's checkpoint)")
+
+
+def resolve_inference_dtype(requested: str | torch.dtype, device: str | torch.device, compute_dtype: str | None,
+                            stored: torch.dtype) -> torch.dtype:
+    """The dtype a loaded model computes in. A run's checkpoint holds fp32 masters, but training
+    computed in `compute_dtype`: on a GPU, "auto" serves and evaluates in that dtype (the numerics the
+    model was trained under, and bf16 tensor-core matmuls instead of ~15x slower full-fp32 ones); on the
+    CPU it keeps `stored`, where bf16 matmuls are slower than fp32 ones."""
+    if isinstance(requested, torch.dtype):
+        return requested
+    if requested != "auto":
+        if requested not in INFERENCE_DTYPES:
+            raise ConfigError("--dtype", f"{requested!r} is not one of {', '.join(DTYPE_CHOICES)}", "pass one of those")
+        return INFERENCE_DTYPES[requested]
+    if torch.device(device).type == "cuda" and compute_dtype in INFERENCE_DTYPES:
+        return INFERENCE_DTYPES[compute_dtype]
+    return stored

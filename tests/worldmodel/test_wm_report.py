@@ -212,3 +212,19 @@ def test_rollouts_profile_names_the_functions_per_predict(fd_run, monkeypatch, c
     monkeypatch.setenv(ROLLOUTS_ENV, "0")
     rollout_episodes(wm, eps, "teacher_forced", max_batch=2)
     assert "profile of" not in capsys.readouterr().out
+
+
+def test_a_world_model_rolls_out_in_bf16_close_to_fp32(fd_run):
+    """`--dtype bfloat16` (a GPU's "auto" for a bf16-trained run): every weight in bf16, and the
+    rollout is the fp32 one up to rounding, not another video."""
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.worldmodel.rollout import load_episode, rollout_episode
+
+    run, data = fd_run
+    full, half = WorldModel.from_path(run, num_steps=2), WorldModel.from_path(run, num_steps=2, dtype="bfloat16")
+    assert {p.dtype for p in half.model.parameters()} == {torch.bfloat16}
+    ep = load_episode(LeRobotV3Dataset(data), 0, full.contract)
+    a, b = (rollout_episode(wm, ep, "autoregressive", seed=4).pred for wm in (full, half))
+    assert a.shape == b.shape and a.dtype == b.dtype == torch.uint8
+    diff = (a.int() - b.int()).abs().float()
+    assert diff.max() > 0 and diff.mean() < 2.0  # rounding of a few levels, on average under 2 of 255

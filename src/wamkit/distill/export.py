@@ -17,7 +17,7 @@ from wamkit.train import checkpoint as ckpt
 STUDENT_MANIFEST = "student.json"
 
 
-def export_student(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
+def export_student(run_or_checkpoint: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
     from wamkit.export import export_run
 
     iteration, run_dir = resolve_checkpoint(run_or_checkpoint)
@@ -25,7 +25,7 @@ def export_student(run_or_checkpoint: str | Path, out_dir: str | Path) -> Path:
     if "distill" not in marker:
         raise CheckpointError(str(iteration), "is not a distillation (stage 2/3) checkpoint: it records no student",
                               "export it without --student-only, or pass a stage-2/3 run")
-    out = export_run(iteration, out_dir, use_ema=True)
+    out = export_run(iteration, out_dir, use_ema=True, dtype=dtype)
     student = {
         "variant": "student_ema", "method": marker["distill"]["method"], "source_checkpoint": str(iteration.resolve()),
         "step": marker["step"], "student_updates": marker.get("student_updates"),

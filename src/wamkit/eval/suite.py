@@ -117,7 +117,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], episodes: int, seed: int = 1, *,
-                         out_dir: str | Path, num_steps: int = 10, workers: int = 0, device: str = "cpu", **kwargs) -> list:
+                         out_dir: str | Path, num_steps: int = 10, workers: int = 0, device: str = "cpu", dtype: str = "auto",
+                         **kwargs) -> list:
     """Evaluate every checkpoint of a run (each into out_dir/step_<N>/) in one env or a suite (a list of env
     names, or a string naming envs/suites), then write out_dir/report.md, out_dir/results.json and
     out_dir/success_vs_step.png (or .svg without matplotlib)."""
@@ -128,7 +129,7 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     results = []
     with _pool(run_dir, names, workers, kwargs) as pool:
         for iteration in list_checkpoints(run_dir):
-            policy = load_policy(iteration, device=device, num_steps=num_steps)
+            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype)
             step = int(iteration.name.split("_")[1])
             results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
                                          pool=pool, **kwargs))
@@ -172,22 +173,22 @@ def eval_sim_main(args) -> int:
                   max_episode_steps=getattr(args, "max_steps", None), num_steps=getattr(args, "num_steps", None) or 10,
                   verbose=True)
     workers = getattr(args, "workers", 0) or 0
+    place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"))  # where the policy computes, in what
     delays = getattr(args, "inference_delay", None)
     if delays is not None:  # simulated latency: one env, every (delay, mode) pair, realtime.md
         if len(names) != 1:
             raise EvalError("eval sim: --inference-delay", f"{args.env} names {len(names)} envs", "pass one env with --inference-delay")
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        policy = load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"])
+        policy = load_policy(args.path, num_steps=common["num_steps"], **place)
         evaluate_delays(policy, names[0], delays, modes, out, episodes=args.episodes, seed=args.seed, **common)
         print(f"report: {out / 'realtime.md'}")
         return 0
     if getattr(args, "all_checkpoints", False):
-        for r in evaluate_checkpoints(args.path, names, args.episodes, args.seed, out_dir=out, workers=workers,
-                                      device=getattr(args, "device", "cpu"), **common):
+        for r in evaluate_checkpoints(args.path, names, args.episodes, args.seed, out_dir=out, workers=workers, **place, **common):
             print(f"step {r.training_step}: {_summary_line(r)}")
         print(f"report: {out / 'report.md'}\nplot: {next(out.glob('success_vs_step.*'))}")
         return 0
-    policy = load_policy(args.path, device=getattr(args, "device", "cpu"), num_steps=common["num_steps"])
+    policy = load_policy(args.path, num_steps=common["num_steps"], **place)
     result = evaluate_envs(policy, names, args.episodes, args.seed, out_dir=out, workers=workers, **common)
     for task in getattr(result, "tasks", []):
         print(_summary_line(task))

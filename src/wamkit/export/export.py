@@ -27,27 +27,34 @@ from wamkit.policy.loading import (EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSIO
                                    write_file_manifest)
 
 
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+
+
 class ExportError(WamkitError):
     """An export could not be written or did not reproduce the trained model."""
 
 
 def export_run(run_or_checkpoint: str | Path, out_dir: str | Path, use_ema: bool = True,
-               atol: float = 1e-5, rtol: float = 1e-4, device: str = "auto") -> Path:
-    """Export a run directory (its latest checkpoint) or one iter_<N> directory to `out_dir`; the
-    reloaded export must reproduce the checkpoint's outputs on `device` (resolve_device)."""
+               atol: float = 1e-5, rtol: float = 1e-4, device: str = "auto", dtype: str = "float32") -> Path:
+    """Export a run directory (its latest checkpoint) or one iter_<N> directory to `out_dir`, its
+    weights written in `dtype` (float32: the checkpoint's masters, lossless; bfloat16: half the
+    size, what a GPU serves in anyway); the reloaded export must reproduce the same model's outputs
+    on `device` (resolve_device)."""
     from wamkit.device import resolve_device
 
     out_dir = Path(out_dir).expanduser()
     _refuse_existing(out_dir)
     device = resolve_device(device)
-    loaded = load_from_checkpoint(run_or_checkpoint, use_ema=use_ema, device=device)
+    if dtype not in EXPORT_DTYPES:
+        raise ExportError("--dtype", f"{dtype!r} is not an export dtype", f"use one of {', '.join(EXPORT_DTYPES)}")
+    loaded = load_from_checkpoint(run_or_checkpoint, use_ema=use_ema, device=device, dtype=dtype)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".tmp_{out_dir.name}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
         write_export(loaded, tmp)
-        reloaded = load_from_export(tmp, device=device)
+        reloaded = load_from_export(tmp, device=device, dtype=dtype)
         verify_same_tokens(loaded.text_tokenizer, reloaded.text_tokenizer, loaded.contract["prompt_template"])
         verify_same_outputs(loaded.model, reloaded.model, loaded.contract, loaded.video_tokenizer.latent_channels,
                             loaded.text_tokenizer, atol=atol, rtol=rtol)
@@ -97,9 +104,11 @@ def verify_same_tokens(expected, actual, prompt_template: str) -> None:
                               "check the transformers version; the export must tokenize exactly as training did")
 
 
-def fixed_packed_input(contract: dict, latent_channels: int, text_tokenizer, device="cpu") -> list[SequenceSample]:
+def fixed_packed_input(contract: dict, latent_channels: int, text_tokenizer, device="cpu",
+                       dtype: torch.dtype = torch.float32) -> list[SequenceSample]:
     """Two deterministic samples shaped like the run's inputs (one with a state row if the run used
-    state), at two noise levels: enough to exercise text, video and action pathways."""
+    state), at two noise levels: enough to exercise text, video and action pathways; their values are
+    drawn in fp32 and given in the model's `dtype`, as the samplers give them."""
     gen = torch.Generator().manual_seed(1234)
     t = 1 + int(contract["chunk_length"]) // 4
     rows = int(contract["chunk_length"]) + (1 if contract["use_state"] else 0)
@@ -108,8 +117,8 @@ def fixed_packed_input(contract: dict, latent_channels: int, text_tokenizer, dev
     for sigma, prompt in ((0.35, "verify export"), (0.8, "a second, longer prompt for the export check")):
         samples.append(SequenceSample(
             text_ids=text_tokenizer.encode(contract["prompt_template"].format(task=prompt)),
-            video=torch.randn(latent_channels, t, 2, 3, generator=gen).to(device),
-            actions=torch.randn(rows, int(contract["max_action_dim"]), generator=gen).to(device),
+            video=torch.randn(latent_channels, t, 2, 3, generator=gen).to(device, dtype),
+            actions=torch.randn(rows, int(contract["max_action_dim"]), generator=gen).to(device, dtype),
             clean_video_frames=[0], clean_action_rows=clean, sigma=sigma, domain_id=int(contract["domain_id"]),
             fps=float(contract["fps"]), action_start_frame=0 if clean else 1,
         ))
@@ -122,8 +131,8 @@ def verify_same_outputs(expected_model, actual_model, contract: dict, latent_cha
     """Raise ExportError unless both transformers give the same packed outputs."""
     outputs = []
     for model in (expected_model, actual_model):
-        device = next(model.parameters()).device
-        batch = pack_samples(fixed_packed_input(contract, latent_channels, text_tokenizer, device), model.config)
+        param = next(model.parameters())
+        batch = pack_samples(fixed_packed_input(contract, latent_channels, text_tokenizer, param.device, param.dtype), model.config)
         processor = install_packed_attention(model)
         with packed_layout(processor, batch):
             outputs.append(model(**batch.forward_kwargs))

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from wamkit.config import ExperimentConfig, config_from_dict
+from wamkit.device import resolve_inference_dtype
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.cosmos3 import host_checked_domain_heads
 from wamkit.model.lora import apply_lora, merge_lora
@@ -101,7 +102,10 @@ def _has_ema(iteration: Path) -> bool:
     return any(k == "ema" or k.startswith("ema.") for k in keys)
 
 
-def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu") -> LoadedModel:
+def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
+                         dtype: str | torch.dtype = "auto") -> LoadedModel:
+    """`dtype`: what the model computes in (wamkit.device.resolve_inference_dtype; "auto": on a GPU the
+    run's training compute dtype, on the CPU the checkpoint's float32)."""
     from wamkit.train.setup import build_model, build_tokenizers, check_vocab
 
     iteration, run_dir = resolve_checkpoint(path)
@@ -139,14 +143,29 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
         merged = merge_lora(model)
         model = build_model(cfg, video_tokenizer.latent_channels, "cpu")
         model.load_state_dict(merged, strict=True)
-    model = model.to(device).eval().requires_grad_(False)
-    video_tokenizer.to(device)  # fp32 for inference, beside the model
+    dtype = resolve_inference_dtype(dtype, device, cfg.parallel.param_dtype, torch.float32)
+    model = place_for_inference(model, device, dtype)
+    video_tokenizer.to(device, vae_dtype(device, dtype))
     return LoadedModel(
         model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=contract,
         model_info=model_info_from_config(cfg, text_tokenizer), diffusion=dataclasses.asdict(cfg.diffusion),
         source={"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"},
         experiment_config=dataclasses.asdict(cfg),
     )
+
+
+def place_for_inference(model: torch.nn.Module, device: str | torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The whole model on `device` in `dtype`, frozen, in eval mode. diffusers asks for the timestep
+    embedder in fp32 and warns at every `.to(dtype)`; training's FSDP2 mixed precision computes every
+    module in the compute dtype, that one included, and inference follows training (nn.Module.to
+    directly: the same cast without the warning)."""
+    return torch.nn.Module.to(model, device, dtype).eval().requires_grad_(False)
+
+
+def vae_dtype(device: str | torch.device, dtype: torch.dtype) -> torch.dtype | None:
+    """The VAE's weights beside a model computing in `dtype`: on GPUs the same reduced dtype, as
+    training's build_tokenizers encodes in its compute dtype; else float32 (None: as built)."""
+    return dtype if torch.device(device).type == "cuda" and dtype != torch.float32 else None
 
 
 def lora_model_on_base(cfg, channels: int, saved_base: dict, iteration: Path) -> torch.nn.Module:
@@ -199,7 +218,8 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:
-        return host_checked_domain_heads(Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype).to(dtype))
+        model = Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype)
+        return host_checked_domain_heads(torch.nn.Module.to(model, dtype))  # its fp32 time embedder too (place_for_inference)
     model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
     files = sorted(transformer_dir.glob("*.safetensors"))
     if not files:
@@ -211,7 +231,7 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(str(transformer_dir), f"weights do not match config.json: {exc}", "re-export the run") from exc
-    return host_checked_domain_heads(model.to(dtype))
+    return host_checked_domain_heads(torch.nn.Module.to(model, dtype))
 
 
 SAFETENSORS_FLOATS = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -258,7 +278,9 @@ def _export_verify_level(directory: Path) -> str:
     return level if level in files.VERIFY_LEVELS else "hash"
 
 
-def load_from_export(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+def load_from_export(directory: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "auto") -> LoadedModel:
+    """`dtype`: what the model computes in (wamkit.device.resolve_inference_dtype; "auto": on a GPU the
+    run's training compute dtype, on the CPU the dtype the export was written in)."""
     directory = Path(directory).expanduser()
     verify_export(directory)
     data = read_manifest(directory)
@@ -268,14 +290,13 @@ def load_from_export(directory: str | Path, device: str | torch.device = "cpu") 
     if not (transformer_dir / "config.json").is_file():
         raise CheckpointError(str(transformer_dir), "has no config.json", "re-export the run")
     model = load_transformer(transformer_dir)
-    # On GPUs the VAE encodes in the export's dtype, as training's build_tokenizers encodes in its compute dtype.
-    dtype = next(model.parameters()).dtype
-    vae_dtype = dtype if torch.device(device).type == "cuda" and dtype != torch.float32 else None
+    compute_dtype = ((data.get("experiment_config") or {}).get("parallel") or {}).get("param_dtype")
+    dtype = resolve_inference_dtype(dtype, device, compute_dtype, next(model.parameters()).dtype)
     video_tokenizer = build_video_tokenizer(info["tokenizer"], info.get("vae_path", ""), int(info["pixel_spatial_factor"]),
-                                            device=device, dtype=vae_dtype)
+                                            device=device, dtype=vae_dtype(device, dtype))
     if text_tokenizer.vocab_size > model.config.vocab_size:
         raise CheckpointError(str(directory), "text tokenizer is larger than the model's vocabulary", "re-export the run")
-    model = model.to(device).eval().requires_grad_(False)
+    model = place_for_inference(model, device, dtype)
     return LoadedModel(
         model=model, video_tokenizer=video_tokenizer, text_tokenizer=text_tokenizer, contract=data["data_contract"],
         model_info=info, diffusion=data["diffusion"], source={**data.get("source", {}), "export": str(directory.resolve())},

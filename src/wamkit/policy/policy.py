@@ -83,15 +83,15 @@ class Policy(ContractModel):
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_checkpoint(cls, path_or_run_dir: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
-                        num_steps: int = 10, guidance: float = 1.0) -> "Policy":
+                        num_steps: int = 10, guidance: float = 1.0, dtype: str | torch.dtype = "auto") -> "Policy":
         """A run directory (its latest checkpoint) or one checkpoints/iter_<N> directory."""
-        return cls(load_from_checkpoint(path_or_run_dir, use_ema=use_ema, device=device), num_steps, guidance)
+        return cls(load_from_checkpoint(path_or_run_dir, use_ema=use_ema, device=device, dtype=dtype), num_steps, guidance)
 
     @classmethod
     def from_export(cls, directory: str | Path, device: str | torch.device = "cpu", num_steps: int = 10,
-                    guidance: float = 1.0) -> "Policy":
+                    guidance: float = 1.0, dtype: str | torch.dtype = "auto") -> "Policy":
         """A directory written by wamkit.export.export_run."""
-        return cls(load_from_export(directory, device=device), num_steps, guidance)
+        return cls(load_from_export(directory, device=device, dtype=dtype), num_steps, guidance)
 
     @property
     def graph_captures(self) -> int:
@@ -270,9 +270,11 @@ class Policy(ContractModel):
         return [chunk.numpy().astype(np.float32) for chunk in raw]
 
 
-def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True) -> Policy:
+def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True,
+                dtype: str | torch.dtype = "auto") -> Policy:
     """What `wamkit serve` and `wamkit eval` load: an export directory (has wamkit.json), a run
-    directory or a checkpoints/iter_<N> directory, local or in object storage."""
+    directory or a checkpoints/iter_<N> directory, local or in object storage; `dtype`: what it
+    computes in (wamkit.device.resolve_inference_dtype)."""
     if is_export(path):
-        return Policy.from_export(path, device=device, num_steps=num_steps)
-    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps)
+        return Policy.from_export(path, device=device, num_steps=num_steps, dtype=dtype)
+    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps, dtype=dtype)

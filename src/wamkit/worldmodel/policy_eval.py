@@ -462,14 +462,14 @@ def eval_wm_policy_main(world_model, policies, sim_reports, dataset=None, episod
                         score: str = "best", horizon: int | None = None, max_steps: int | None = None,
                         policy_steps: int | None = None, num_steps: int = 30, shift: float | None = None,
                         guidance: float = 1.0, solver: str = "euler", seed: int = 0, videos: bool = True,
-                        device: str = "cpu") -> int:
+                        device: str = "cpu", dtype: str = "auto") -> int:
     """`wamkit eval wm-policy`: load everything, evaluate, print the table; 0 on success."""
     from wamkit.eval.sim_eval import load_policy
 
     reports = [load_sim_report(p) for p in sim_reports]  # cheap checks before loading any model
     _check_counts(len(policies), len(reports))
-    wm = WorldModel.from_path(world_model, device=device, num_steps=num_steps, shift=shift, guidance=guidance, solver=solver)
-    loaded = [load_policy(p, device=device) for p in policies]
+    wm = WorldModel.from_path(world_model, device=device, dtype=dtype, num_steps=num_steps, shift=shift, guidance=guidance, solver=solver)
+    loaded = [load_policy(p, device=device, dtype=dtype) for p in policies]
     ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
     out = Path(out_dir) if out_dir else Path("eval") / "wm_policy" / reports[0].env_name.replace("/", "_")
     report = evaluate_policies(wm, loaded, reports, ds, out, episodes=episodes, state=state, score=score, horizon=horizon,

@@ -349,7 +349,7 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
                  shift: float | None = None, guidance: float = 1.0, seed: int = 0, guidance_interval=(0.0, 1.0),
                  solver: str = "euler", probes: bool = True, probe_scale: float = 1.0,
                  psnr_threshold: float = PSNR_THRESHOLD_DB, device: str = "cpu", use_ema: bool = True,
-                 allow_any_mode: bool = False, attention: str | None = None) -> int:
+                 allow_any_mode: bool = False, attention: str | None = None, dtype: str = "auto") -> int:
     """Evaluate a forward-dynamics checkpoint/export on recorded episodes; writes out_dir/report.{json,md},
     videos and plots. dataset: default the training dataset (data contract); episodes: default the
     run's first validation episode, else the first dataset episode; "held_out": all of the run's
@@ -360,8 +360,9 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
     if bad or not modes:
         raise WorldModelError("modes", f"{bad or modes} not understood", f"use any of {list(MODES)}")
     t0 = time.perf_counter()
-    wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, num_steps=num_steps, shift=shift, guidance=guidance,
-                              guidance_interval=guidance_interval, solver=solver, allow_any_mode=allow_any_mode, attention=attention)
+    wm = WorldModel.from_path(checkpoint, use_ema=use_ema, device=device, dtype=dtype, num_steps=num_steps, shift=shift,
+                              guidance=guidance, guidance_interval=guidance_interval, solver=solver,
+                              allow_any_mode=allow_any_mode, attention=attention)
     load_s = time.perf_counter() - t0
     ds = open_episodes(dataset or wm.contract["dataset"])
     val_episodes = list(wm.contract.get("val_episodes") or [])
@@ -376,7 +377,8 @@ def eval_wm_main(checkpoint, dataset=None, episodes=None, modes=MODES, out_dir=N
         episodes = val_episodes[:1] or ds.episode_indices[:1]
     episodes = [int(e) for e in episodes]
     held_out = sum(e in val_episodes for e in episodes)
-    print(f"evaluating episodes {episodes} of {ds.root} ({held_out} of them held out of training)")
+    print(f"evaluating episodes {episodes} of {ds.root} ({held_out} of them held out of training); the model computes "
+          f"on {wm.device} in {str(next(wm.model.parameters()).dtype).removeprefix('torch.')}")
     out = Path(out_dir) if out_dir else default_out_dir(wm, use_ema)
     t1 = time.perf_counter()
     report = evaluate(wm, ds, episodes, modes, out, seed=seed, probes=probes, probe_scale=probe_scale,

@@ -92,15 +92,17 @@ class WorldModel(ContractModel):
         self.warmed_up = False
 
     @classmethod
-    def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu", **kw) -> "WorldModel":
-        """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory."""
+    def from_path(cls, path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
+                  dtype: str | torch.dtype = "auto", **kw) -> "WorldModel":
+        """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory;
+        `dtype`: what it computes in (wamkit.device.resolve_inference_dtype)."""
         from wamkit.distill.export import student_ladder
         from wamkit.policy.loading import is_export, load_from_checkpoint, load_from_export
 
         kw.setdefault("student_sigmas", student_ladder(path))
         if is_export(path):
-            return cls(load_from_export(path, device=device), **kw)
-        return cls(load_from_checkpoint(path, use_ema=use_ema, device=device), **kw)
+            return cls(load_from_export(path, device=device, dtype=dtype), **kw)
+        return cls(load_from_checkpoint(path, use_ema=use_ema, device=device, dtype=dtype), **kw)
 
     def warm_up(self, predict) -> float:
         """Once per model, one untimed batch (`predict()`) before the first timed rollout: the real-time
