@@ -47,7 +47,7 @@
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
 # Everything comes back under $OUT: logs, results.json and reports (mt10_phase<N>.tgz), the plot.
 set -uo pipefail
-PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP) or profile (where closed-loop time goes: EPS=3 EPISODES=3 TRAIN_S=100)}
+PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -159,10 +159,13 @@ phase2() {
 }
 
 phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing line), a short policy on a small recording
+  # A fixed PROFILE_ITERS steps, saved at the last, in a box that is only a safety net: on 2026-12-02 a 90 s
+  # box sized from SPS cut the run while torch.profiler summarised 3 steps, so neither the summary nor a
+  # checkpoint came back (and the closed loop had nothing to load). The summary now prints before the trace.
   record
-  local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < 2 )) && iters=2
-  stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box)"
-  WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=3 train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
+  local iters=${PROFILE_ITERS:-12}
+  stamp "train policy ($iters steps x $BATCH, profile of ${PROFILE_STEPS:-2} warm steps, ${TRAIN_S} s box)"
+  WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=${PROFILE_STEPS:-2} train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
   grep -h "samples/s\|first step\|memory:\|synchronised\|train rc" "$OUT"/train_policy.log | tail -6
   sed -n '/profile of steps/,/top GPU kernels/p' "$OUT"/train_policy.log  # the step under torch.profiler (wamkit.train.step_profile)
   $PY - "$RUNS/policy/metrics.jsonl" <<'PYEOF'  # where a training step's time goes (median over the logged steps)

@@ -59,10 +59,13 @@ class StepProfile:
         wall = _stop(prof, self.device, self._t0)
         steps = step - self.first_step + 1
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        for line in summary_lines(prof.events(), steps, wall, f"steps {self.first_step}-{step}"):
+            self.print(f"[wamkit] {line}", flush=True)
+        # The trace after the summary: writing every event with its stack takes tens of seconds for an
+        # MT10-sized step on the GPU host, and a time-boxed run cut meanwhile keeps the summary.
         trace = self.out_dir / f"profile_steps_{self.first_step}-{step}.json"
         prof.export_chrome_trace(str(trace))
-        for line in summary_lines(prof.events(), steps, wall, f"steps {self.first_step}-{step}") + [f"trace: {trace}"]:
-            self.print(f"[wamkit] {line}", flush=True)
+        self.print(f"[wamkit] trace: {trace}", flush=True)
 
 
 def _start(device: torch.device) -> tuple[profile, float]:
