@@ -41,3 +41,10 @@ def test_train_e2e_runs_the_tiny_seed_recipe_and_prints_its_split(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert int(cells[3]) >= 2 and float(cells[5]) > 0  # timed steps, samples/s
     assert out.strip().splitlines()[-1].startswith("e2e_mfu_g1_simple=")
+
+
+def test_masked_attention_prints_a_row_per_call():
+    out = _run("benchmarks/masked_attention.py", "--device", "cpu", "--iters", "1", "--warmup", "0", "--chunks", "2", "--per-chunk", "8")
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in out.splitlines() if l.startswith("| mask") or l.startswith("| no mask")]
+    assert [r[0] for r in rows] == ["mask + enable_gqa", "mask, K/V expanded", "no mask, K/V expanded"]
+    assert all("MATH" in r[1] and float(r[3]) > 0 for r in rows)  # the reference kernel always accepts; a time each
