@@ -48,3 +48,10 @@ def test_masked_attention_prints_a_row_per_call():
     rows = [[c.strip() for c in l.strip("|").split("|")] for l in out.splitlines() if l.startswith("| mask") or l.startswith("| no mask")]
     assert [r[0] for r in rows] == ["mask + enable_gqa", "mask, K/V expanded", "no mask, K/V expanded"]
     assert all("MATH" in r[1] and float(r[3]) > 0 for r in rows)  # the reference kernel always accepts; a time each
+
+
+def test_activation_bytes_prints_a_row_per_mode():
+    out = _run("benchmarks/activation_bytes.py", "--modes", "eager", "--preset", "tiny", "--samples", "2")
+    row = next(l for l in out.splitlines() if l.startswith("| eager |"))
+    tokens, mib, per = (float(c) for c in row.strip("|").split("|")[1:])
+    assert tokens > 0 and mib > 0 and per > 4  # more than a layer's input saved per token, layer and hidden unit

@@ -240,3 +240,20 @@ def test_wamkit_distill_refuses_a_run_that_cannot_fit_naming_the_gpu_count_that_
         DistillTrainer._check_memory(stub)
     text = str(refused.value)
     assert "distillation (sf_dmd) needs an estimated" in text and "torchrun --nproc-per-node=2" in text
+
+
+def test_an_eager_step_saves_more_activations_than_the_compiled_coefficients_and_compiling_is_offered():
+    """The activation coefficients were measured with compiled decoder layers; parallel.compile = false
+    scales what a step saves by EAGER_ACTIVATION_FACTOR, except whole-layer checkpointing's layer inputs,
+    and the gate offers compiling as a way to fit."""
+    compiled, eager = (memory.estimate(NANO_FULL, _knobs(compiled=c), 637) for c in (True, False))
+    assert eager["activations"] == pytest.approx(compiled["activations"] * memory.EAGER_ACTIVATION_FACTOR)
+    assert eager["total"] - compiled["total"] == pytest.approx(eager["activations"] - compiled["activations"])
+    full_c, full_e = (memory.estimate(NANO_FULL, _knobs(compiled=c, checkpointing="full"), 637)["activations"] for c in (True, False))
+    recomputed = 637 * 16 * NANO_FULL.hidden * memory.ACTIVATION_BYTES[("none", "full")]
+    assert full_e - full_c == pytest.approx(recomputed * (memory.EAGER_ACTIVATION_FACTOR - 1))
+    report = memory.fit_report(NANO_FULL, None, _knobs(compiled=False), 637, 650_000_000, capacity=129 * GIB)
+    assert "--set parallel.compile=true:" in report
+    assert "parallel.compile" not in memory.fit_report(NANO_FULL, None, _knobs(), 637, 650_000_000, capacity=129 * GIB)
+    cfg = load_experiment(DEMO_RECIPE, ["parallel.compile=true"])
+    assert memory.Knobs.from_config(cfg, 1).compiled and not memory.Knobs.from_config(load_experiment(DEMO_RECIPE), 1).compiled

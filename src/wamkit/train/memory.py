@@ -34,6 +34,14 @@ ACTIVATION_BYTES = {
     ("none", "full"): 31.6, ("selective", "full"): 17.1, ("full", "full"): 4.0,
     ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
 }
+# Every figure above was measured with compiled decoder layers (the recipes they come from set
+# parallel.compile), which fuse the norms, MLP gates and rotary embedding and so save fewer
+# intermediates for the backward. An eager step saves this many times as much: 67.1 against 40.7
+# bytes per token, layer and hidden unit, counted by saved-tensor hooks at medium width in bf16 on the
+# CPU (benchmarks/activation_bytes.py); on one H200 the eager distillation stages 2 and 3 had peaked
+# 18% and 24% over an estimate without it (benchmarks/RESULTS.md, issue 29). Whole-layer
+# checkpointing's saved layer inputs are the same either way.
+EAGER_ACTIVATION_FACTOR = 1.65
 # Optimizer state per trainable parameter, by optimizer.kind: AdamW's two fp32 moments, or torchao's
 # AdamW8bit's two uint8 moments with one fp32 scale per block of 256 values each.
 OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2.0 + 2 * 4 / 256}
@@ -87,6 +95,7 @@ class Knobs:
     samples_per_step: int
     grad_accum: int
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
+    compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
 
     @classmethod
     def from_config(cls, cfg, world: int) -> "Knobs":
@@ -96,7 +105,7 @@ class Knobs:
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
-                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind])
+                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -108,10 +117,11 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
     t, b = counts.trainable, knobs.param_bytes
     tokens = tokens_per_sample * knobs.samples_per_step
     what = "lora" if counts.lora else "full"
-    per_layer = ACTIVATION_BYTES[(knobs.checkpointing, what)]
+    eager = 1.0 if knobs.compiled else EAGER_ACTIVATION_FACTOR
+    per_layer = ACTIVATION_BYTES[(knobs.checkpointing, what)] * (1.0 if knobs.checkpointing == "full" else eager)
     activations = tokens * counts.layers * counts.hidden * per_layer
     if knobs.checkpointing == "full":  # the backward recomputes one layer with everything saved
-        activations += tokens * counts.hidden * ACTIVATION_BYTES[("none", what)]
+        activations += tokens * counts.hidden * ACTIVATION_BYTES[("none", what)] * eager
     gathered_per_layer = counts.layer_trainable + (0 if whole else counts.layer_frozen)
     est = {
         "trainable weights (fp32)": 4 * t / shard,
@@ -269,6 +279,8 @@ def advice(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, t
 
     def changes(k: Knobs, c: ModelCounts, c_lora):
         """(--set text, knobs, counts) of each way to need less, cheapest in quality first."""
+        if not k.compiled:  # fewer saved intermediates, and a faster step
+            yield "parallel.compile=true", replace(k, compiled=True), c
         if k.checkpointing != "full":
             yield 'parallel.activation_checkpointing="full"', replace(k, checkpointing="full"), c
         micro = smaller_micro_batch(k, c)
