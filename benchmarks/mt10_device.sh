@@ -33,6 +33,11 @@
 # env step (7.5 -> 1.5 ms a step on the CPU box), the policy's predict replays its whole forward as one
 # CUDA graph (ForwardGraphs), pack_samples is ~5x cheaper on the host, and PHASE=profile prints the
 # training step under torch.profiler (WAMKIT_PROFILE_STEPS). Run PHASE=profile first to re-size TRAIN_S/SPS.
+# Since the eighth session the closed loop's policy computes in bf16 (the run's compute dtype, `--dtype auto`):
+# before, a run's checkpoint evaluated in full fp32, and its predicts (531 ms at mean batch 6.4) were likely
+# bound by fp32 matmuls, not latency. bf16 also moves the policy from per_sample to flex attention; if the
+# closed loop fails there, `--dtype float32` in the eval sim lines goes back. MEASURED (eighth session,
+# PHASE=profile, 90 s box): the step at batch 64 is 543 ms (477 forward + backward), 118 samples/s.
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
