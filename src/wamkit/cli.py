@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from wamkit import __version__  # noqa: E402
-from wamkit.device import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP  # noqa: E402
+from wamkit.device import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, INFERENCE_DTYPES  # noqa: E402
 from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
 # One convention for --set everywhere (help, docs, recipe headers): values bare, '' for an empty one,
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--raw", action="store_true", help="export the raw weights instead of the EMA")
     export.add_argument("--student-only", action="store_true", help="distillation run: export the student's EMA (+ student.json with its sampling ladder)")
     export.add_argument("--device", default="auto", help="where the reload check runs; " + DEVICE_HELP)
-    export.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    export.add_argument("--dtype", default="float32", choices=tuple(INFERENCE_DTYPES),
                         help="the written weights' dtype: float32 keeps the checkpoint's masters; bfloat16 is half the size "
                         "and what a GPU serves in anyway (wamkit serve --dtype auto)")
 

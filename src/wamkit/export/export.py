@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from wamkit.device import INFERENCE_DTYPES
 from wamkit.errors import WamkitError
 from wamkit.model.text_tokenizer import save_text_tokenizer
 from wamkit.model.attention import packed_layout
@@ -27,7 +28,7 @@ from wamkit.policy.loading import (EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSIO
                                    write_file_manifest)
 
 
-EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+EXPORT_DTYPES = tuple(INFERENCE_DTYPES)  # what an export may be written in; float32 (the default) keeps the masters
 
 
 class ExportError(WamkitError):
