@@ -47,18 +47,19 @@ def measure(variant: str, args, device) -> dict:
     mask = block_causal_mask(args.text, args.chunks, args.per_chunk, device)
     kernels = [b.name for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
                if accepts(variant, b, q, k, v, mask)]
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    held = []
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    allocated = (lambda: torch.cuda.memory_allocated(device)) if cuda else (lambda: float("nan"))
+    rows = []  # (bytes held between forward and backward, seconds for both)
     for _ in range(args.warmup + args.iters):
         sync()
-        before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        t = time.perf_counter()
+        before, t = allocated(), time.perf_counter()
         out = call(variant, q, k, v, mask)
-        held.append((torch.cuda.memory_allocated(device) - before) if device.type == "cuda" else float("nan"))
+        held = allocated() - before
         out.float().pow(2).mean().backward()
         sync()
-        held[-1] = (held[-1], time.perf_counter() - t)
-    rows = held[args.warmup:]
+        rows.append((held, time.perf_counter() - t))
+    rows = rows[args.warmup:]
     return {"variant": variant, "kernels": ",".join(kernels) or "none",
             "held_mib": rows[-1][0] / 2**20, "ms": 1e3 * sorted(r[1] for r in rows)[len(rows) // 2]}
 
