@@ -18,6 +18,8 @@
 #       run(kind="nvidia-h200", carry=[".whl"], timeout_s=420, command="bash benchmarks/serve_export_device.sh soak10-finish")
 #       the second call must start within the machine's ~30 s warm window; it waits for the soak's end and brings
 #       its log, the server's log and the results back (the first brings the rows so far)
+#       SOAK_EXTRA adds serve_export.py flags to the detached run, e.g. SOAK_EXTRA="--fp8 --parts latency": the FP8
+#       server (the configuration that meets the latency goal) measured at 1 and 8 clients, then soaked
 #   (fallback) `... serve_export_device.sh inprocess`: the in-process harness row alone, if call 1 ran out of budget
 #       before it (it runs last there, while the served process idles)
 #
@@ -74,7 +76,7 @@ case "$mode" in
   soak10-start)  # later flags win: a budget of 16 minutes, logs where the next call finds them
     rm -rf $SOAK; mkdir -p $SOAK
     setsid nohup bash -c "timeout -k 20 1000 python3 benchmarks/serve_export.py ${common[*]} --parts '' --soak-minutes 10 \
-      --budget-s 960 --log-dir $SOAK > $SOAK/serve_export_soak.log 2>&1; echo \$? > $SOAK/exit_code" < /dev/null > /dev/null 2>&1 &
+      --budget-s 960 --log-dir $SOAK ${SOAK_EXTRA:-} > $SOAK/serve_export_soak.log 2>&1; echo \$? > $SOAK/exit_code" < /dev/null > /dev/null 2>&1 &
     for _ in $(seq ${FOLLOW_S:-540}); do [ -f $SOAK/exit_code ] && break; sleep 1; done
     cp $SOAK/*.log $SOAK/*.json "$OUT/" 2>/dev/null
     cat $SOAK/serve_export_soak.log
