@@ -38,6 +38,11 @@
 # bound by fp32 matmuls, not latency. bf16 also moves the policy from per_sample to flex attention; if the
 # closed loop fails there, `--dtype float32` in the eval sim lines goes back. MEASURED (eighth session,
 # PHASE=profile, 90 s box): the step at batch 64 is 543 ms (477 forward + backward), 118 samples/s.
+# MEASURED (ninth session, PHASE=profile, main 08413df): 332 ms a step, 193 samples/s, and host-bound: the GPU is
+# busy 97 ms of it (factor 2; 58 ms at factor 4, whose step is no faster), ~12,000 ops a step, ~190 a sample.
+# The bf16 closed loop (flex attention) works. Since then, not yet measured on the GPU: same-shaped samples train
+# as stacked tensors and one merged pack (~190 -> ~91 ops a sample on the CPU, ~5 of them kernel launches), so
+# run PHASE=profile first and set SPS from its samples/s before PHASE=1.
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk

@@ -305,3 +305,30 @@ def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
     assert torch.equal(seq.video[:, target], noisy[:, target])
     rest = seq.clean_video_frames
     assert torch.equal(seq.video[:, rest], x0[:, rest])
+
+
+@pytest.mark.parametrize("mode,with_state,diffusion", [
+    ("policy", True, {}), ("policy", False, {"action_prediction": "x0", "x0_loss_weighting": "velocity"}),
+    ("forward_dynamics", True, {"video_prediction": "x0"}), ("inverse_dynamics", True, {}),
+])
+def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion):
+    """Samples of one shape take the stacked path (one merged pack, batched noising and losses): the
+    same noise, losses and gradients as the per-sample path, which mixed batches still take."""
+    samples = [TrainingSample(**{**s.__dict__, "domain_id": 1}) for s in _samples(4, with_state=with_state)]
+    results = []
+    for stacked in (False, True):
+        objective = _objective(mode, **diffusion)
+        seen = _capture(objective.model)
+        if not stacked:
+            objective._uniform = lambda *_: False
+        losses = objective(samples, _gens(4))
+        losses.total.backward()
+        grads = [p.grad.clone() for p in objective.model.parameters() if p.grad is not None]
+        results.append((losses, grads, len(seen["vision_tokens"])))
+    (plain, plain_grads, plain_items), (fast, fast_grads, fast_items) = results
+    assert (plain_items, fast_items) == (4, 1)
+    for name in ("total", "video", "action"):
+        torch.testing.assert_close(getattr(fast, name), getattr(plain, name), atol=1e-6, rtol=1e-5)
+    assert len(fast_grads) == len(plain_grads) > 0
+    for g_fast, g_plain in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(g_fast, g_plain, atol=1e-6, rtol=1e-4)

@@ -249,3 +249,42 @@ def test_loss_indexes_timesteps_and_sample_ids_spell_out_the_layout():
     assert batch.und_sample_ids.tolist() == [0, 0, 0, 1, 1, 2, 2, 2]  # the filler is a sample of its own
     assert batch.gen_sample_ids.tolist() == [0] * 10 + [1] * 15
     assert batch.vision_noisy_frames == [[1], [1]] and batch.action_noisy_rows == [[1], []]
+
+
+def test_merged_pack_gives_the_per_item_outputs():
+    """pack_samples(merge=True) hands diffusers one vision item and one action item for samples of one
+    layout (texts of different lengths, a clean state row, different noise levels): the outputs and
+    the gradients of every input are those of the per-item pack."""
+    gen = torch.Generator().manual_seed(5)
+    samples = [_sample(gen, n_text, 3, 4, 4, 9, sigma, 1, True) for n_text, sigma in ((5, 0.3), (9, 0.7), (6, 0.5))]
+    model = _model()
+    processor = install_packed_attention(model)
+    results = []
+    for merge in (False, True):
+        inputs = [(s.video.clone().requires_grad_(True), s.actions.clone().requires_grad_(True)) for s in samples]
+        pack = [SequenceSample(**{**s.__dict__, "video": v, "actions": a}) for s, (v, a) in zip(samples, inputs)]
+        batch = pack_samples(pack, model.config, merge=merge)
+        assert batch.merged is merge
+        with packed_layout(processor, batch):
+            out = model(**batch.forward_kwargs)
+        videos, actions = batch.video_outputs(out), batch.action_outputs(out)
+        (videos.square().sum() + actions.square().sum()).backward()
+        results.append((videos.detach(), actions.detach(), [(v.grad, a.grad) for v, a in inputs]))
+    assert len(pack_samples(samples, model.config, merge=True).forward_kwargs["vision_tokens"]) == 1
+    (v0, a0, g0), (v1, a1, g1) = results
+    torch.testing.assert_close(v1, v0, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(a1, a0, atol=1e-5, rtol=1e-4)
+    assert v0[:, :, 0].abs().max() == 0 and v0[:, :, 1:].abs().min() > 0  # clean frame 0 gets no prediction
+    for (gv0, ga0), (gv1, ga1) in zip(g0, g1):
+        torch.testing.assert_close(gv1, gv0, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ga1, ga0, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("change", ["grid", "domain", "clean_rows"])
+def test_samples_of_different_layouts_are_not_merged(change):
+    gen = torch.Generator().manual_seed(6)
+    a = _sample(gen, 5, 3, 4, 4, 9, 0.3, 1, True)
+    b = {"grid": _sample(gen, 5, 3, 4, 6, 9, 0.3, 1, True), "domain": _sample(gen, 5, 3, 4, 4, 9, 0.3, 2, True),
+         "clean_rows": _sample(gen, 5, 3, 4, 4, 9, 0.3, 1, False)}[change]
+    batch = pack_samples([a, b], _model().config, merge=True)
+    assert not batch.merged and len(batch.forward_kwargs["vision_tokens"]) == 2

@@ -126,6 +126,8 @@ class ModeObjective:
         if self.timer is not None:
             self.timer.mark("encode")
         shift = self.shift_for(samples[0])
+        if self._uniform(samples, latents):
+            return self._uniform_step(samples, latents, generators, shift, device)
         sequence, targets = [], []
         self.last_modes = []
         for sample, x0, generator in zip(samples, latents, generators):
@@ -140,6 +142,86 @@ class ModeObjective:
         hold_layout(self.processor, batch)  # kept through backward: activation checkpointing recomputes the layers
         out = self.model(**batch.forward_kwargs)
         return self._losses(out, targets, batch, [s.action_mask.to(device, non_blocking=True) for s in samples])
+
+    def _uniform(self, samples, latents) -> bool:
+        """One fixed mode, bidirectional, and every sample of one shape: the step can run on stacked
+        tensors (a few kernels a step instead of ~100 a sample, which bound small models by the host)."""
+        if self.mode == "mixed" or self.causal_chunk_frames > 0:
+            return False
+        first = samples[0]
+        key = lambda s, x: (tuple(x.shape), tuple(s.actions.shape), s.state is None, s.domain_id)  # noqa: E731
+        return all(key(s, x) == key(first, latents[0]) for s, x in zip(samples, latents))
+
+    def _uniform_step(self, samples, latents, generators, shift: float, device) -> StepLosses:
+        """The per-sample step of __call__ on stacked tensors: the same noise levels and noise (each
+        sample still draws from its own generator, in the same order), one pack merged into one
+        vision and one action item (pack_samples' `merge`), the losses as one batched expression."""
+        mode = self.mode
+        self.last_modes = [mode] * len(samples)
+        sigmas, video_noise, action_noise = [], [], []
+        for sample, x0, generator in zip(samples, latents, generators):
+            sigmas.append(sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item())
+            noise_gen = tensor_generator(generator, device)
+            video_noise.append(torch.randn(x0.shape, generator=noise_gen, device=device))
+            rows_shape = (sample.actions.shape[0] + (sample.state is not None), sample.actions.shape[1])
+            action_noise.append(torch.randn(rows_shape, generator=noise_gen, device=device))
+        x0 = torch.stack(latents)  # [B, C, T, h, w]
+        rows = _stacked_rows(samples).to(device, non_blocking=True)  # [B, L, D]: state row first when there is one
+        masks = torch.stack([s.action_mask for s in samples]).to(device=device, dtype=rows.dtype, non_blocking=True)  # [B, D]
+        sigma = torch.tensor(sigmas, dtype=torch.float32).to(device, non_blocking=True)
+        noisy_video, video_velocity = add_noise(x0, sigma.view(-1, 1, 1, 1, 1), torch.stack(video_noise))
+        noisy_rows, action_velocity = add_noise(rows, sigma.view(-1, 1, 1), torch.stack(action_noise) * masks[:, None])
+        has_state = samples[0].state is not None
+        clean_frames = list(range(x0.shape[2])) if mode == "inverse_dynamics" else [0]
+        clean_rows = list(range(rows.shape[1])) if mode == "forward_dynamics" else ([0] if has_state else [])
+        at = index_of(clean_frames, device)
+        noisy_video[:, :, at] = x0[:, :, at]
+        at = index_of(clean_rows, device)
+        noisy_rows[:, at] = rows[:, at]
+        sequence = [
+            SequenceSample(
+                text_ids=self.text_tokenizer.encode(self.prompt_template.format(task=sample.task)), video=noisy_video[b],
+                actions=noisy_rows[b], clean_video_frames=clean_frames, clean_action_rows=clean_rows, sigma=sigmas[b],
+                domain_id=sample.domain_id, fps=self.fps, action_start_frame=0 if has_state else 1,
+            )
+            for b, sample in enumerate(samples)
+        ]
+        self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence, self.weight_grads)
+        batch = pack_samples(sequence, self.model.config, text_multiple=self.text_multiple, merge=True)
+        hold_layout(self.processor, batch)
+        out = self.model(**batch.forward_kwargs)
+        targets = {
+            "video": self._batched_target(self.video_prediction, x0, video_velocity, sigmas, device),
+            "action": self._batched_target(self.action_prediction, rows, action_velocity, sigmas, device),
+        }
+        return self._batched_losses(out, batch, targets, masks)
+
+    def _batched_target(self, prediction: str, clean: torch.Tensor, velocity: torch.Tensor, sigmas: list[float], device):
+        """(target, per-sample loss weights [B]) of one output for stacked samples (see _target)."""
+        if prediction != "x0":
+            return velocity, torch.ones(len(sigmas), device=device)
+        weights = torch.tensor([x0_loss_weight(s, self.x0_loss_weighting) for s in sigmas], dtype=torch.float32)
+        return clean, weights.to(device, non_blocking=True)
+
+    def _batched_losses(self, out, batch, targets: dict, masks: torch.Tensor) -> StepLosses:
+        """_losses for a merged pack of one layout: every sample's mean squared error at once."""
+        frames, rows = batch.vision_noisy_frames[0], batch.action_noisy_rows[0]
+        if frames:
+            target, weights = targets["video"]
+            at = index_of(frames, target.device)
+            err = (batch.video_outputs(out)[:, :, at].float() - target[:, :, at]).pow(2)
+            video = (err.mean(dim=(1, 2, 3, 4)) * weights).mean()
+        else:
+            video = self._head_anchor("proj_out")
+        if rows:
+            target, weights = targets["action"]
+            at = index_of(rows, target.device)
+            err = (batch.action_outputs(out)[:, at].float() - target[:, at]).pow(2) * masks[:, None]
+            action = (err.sum(dim=(1, 2)) / (len(rows) * masks.sum(dim=1)).clamp_min(1) * weights).mean()
+        else:
+            action = self._head_anchor("action_proj_out")
+        total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
+        return StepLosses(total=total, video=video.detach(), action=action.detach())
 
     def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy"):
         # Noise is drawn for every token whatever the mode, so a sample consumes the same random
@@ -252,6 +334,14 @@ class ModeObjective:
         counts = torch.tensor([float(n_video), float(n_action)], dtype=torch.float64, device=device)
         dist.all_reduce(counts)  # context-parallel ranks count their (shared) samples k times, and world holds k x dp
         return dist.get_world_size(), int(counts[0].item()), int(counts[1].item())
+
+
+def _stacked_rows(samples) -> torch.Tensor:
+    """[B, L, D] action rows of same-shaped samples on the host, each sample's state row first when it has one."""
+    actions = torch.stack([s.actions for s in samples])
+    if samples[0].state is None:
+        return actions
+    return torch.cat([torch.stack([s.state for s in samples]).unsqueeze(1).to(actions.dtype), actions], dim=1)
 
 
 def index_of(positions: list[int], device: torch.device) -> slice | torch.Tensor:

@@ -143,7 +143,7 @@ def sample_policy(
     videos_t, rows_t, x0_t = torch.stack(videos), torch.stack(rows), torch.stack(x0_frames)
     masks_t = torch.stack(masks)[:, None]  # [n, 1, D]
     states_t = torch.stack([o.state.float() for o in observations]).to(device, non_blocking=True) if first else None
-    with DenoisingForward(model, processor, seqs, cache_text=cache_text, reuse_text=reuse_text_kv) as forward:
+    with DenoisingForward(model, processor, seqs, cache_text=cache_text, reuse_text=reuse_text_kv, merge=True) as forward:
         for sigma, sigma_next in zip(sigmas[:-1], sigmas[1:]):
             # RTC needs d x0_hat / d x_s: the noisy action rows take gradients (only the steered ones' are used)
             with torch.enable_grad() if steered else contextlib.nullcontext():
@@ -151,7 +151,7 @@ def sample_policy(
                     rows_t = rows_t.detach().requires_grad_(True)
                 row_views, video_views = list(rows_t.unbind(0)), list(videos_t.unbind(0))
                 out = forward(video_views * (2 if use_cfg else 1), row_views * (2 if use_cfg else 1), sigma)
-                v_videos, v_actions = _velocities(out, videos_t, rows_t, sigma, guidance if use_cfg else None,
+                v_videos, v_actions = _velocities(forward.batch, out, videos_t, rows_t, sigma, guidance if use_cfg else None,
                                                   video_prediction, action_prediction)
                 if steered:
                     guided = guided_velocities([row_views[i] for i in steered], [v_actions[i] for i in steered], sigma,
@@ -168,12 +168,12 @@ def sample_policy(
     return rows_t[:, first:]
 
 
-def _velocities(out, videos: torch.Tensor, rows: torch.Tensor, sigma: float, cfg: float | None, video_prediction: str,
+def _velocities(batch, out, videos: torch.Tensor, rows: torch.Tensor, sigma: float, cfg: float | None, video_prediction: str,
                 action_prediction: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's video and action velocities of one forward ([n, ...] like `videos` and `rows`);
     with `cfg`, the conditional and unconditional halves of the pack mixed (guided_velocity)."""
-    sample = torch.stack([s[0] for s in out.sample]).float()
-    action = torch.stack(list(out.action)).float()
+    sample = batch.video_outputs(out).float()
+    action = batch.action_outputs(out).float()
     return (guided_velocity(sample, videos, sigma, video_prediction, cfg),
             guided_velocity(action, rows, sigma, action_prediction, cfg))
 

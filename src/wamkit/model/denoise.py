@@ -46,9 +46,10 @@ class DenoisingForward:
     processor to be wamkit's PackedAttention (or its flex subclass); any other processor runs the
     full sequence every step."""
 
-    def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True, reuse_text: bool = False):
+    def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True, reuse_text: bool = False,
+                 merge: bool = False):
         self.model, self.processor = model, processor
-        self.batch = pack_samples(samples, model.config)
+        self.batch = pack_samples(samples, model.config, merge=merge)  # merged: read outputs with batch.video_outputs
         self.dtype = next(model.parameters()).dtype
         self.und_len = int(self.batch.forward_kwargs["und_len"])
         self.cache_text = cache_text and isinstance(processor, PackedAttention) and self.und_len > 0
@@ -67,14 +68,15 @@ class DenoisingForward:
             self.processor.stop_text_cache()
         self._layout.__exit__(*exc)
 
-    def __call__(self, videos: list[torch.Tensor], actions: list[torch.Tensor] | None, sigma: float):
-        """One forward at noise level `sigma` (the same for every noisy token of the batch)."""
+    def __call__(self, videos, actions, sigma: float):
+        """One forward at noise level `sigma` (the same for every noisy token of the batch). `videos`
+        and `actions`: every sample's latents and rows, as lists (or stacked tensors when merged)."""
         replay = self.cache_text and self.processor.holds_text(self.text_key, self.und_len)
         kwargs = dict(self._text_kwargs if replay else self.batch.forward_kwargs)
-        kwargs["vision_tokens"] = [v.to(self.dtype).unsqueeze(0) for v in videos]
+        kwargs["vision_tokens"] = [v.to(self.dtype) for v in self.batch.vision_items(videos)]
         kwargs["vision_timesteps"] = torch.full_like(kwargs["vision_timesteps"], float(sigma) * 1000.0)
         if actions is not None:
-            kwargs["action_tokens"] = [a.to(self.dtype) for a in actions]
+            kwargs["action_tokens"] = [a.to(self.dtype) for a in self.batch.action_items(actions)]
             kwargs["action_timesteps"] = torch.full_like(kwargs["action_timesteps"], float(sigma) * 1000.0)
         if self.cache_text:
             self.processor.start_text_cache(record=not replay, text_length=self.und_len)

@@ -62,6 +62,39 @@ class PackedBatch:
     action_noisy_rows: list[list[int]] = field(default_factory=list)
     gen_chunk_ids: torch.Tensor | None = None  # [sequence_length - und_len]; None = bidirectional
     layout_key: tuple = ()  # equal keys <=> equal positions, indexes and masks
+    merged: bool = False  # one vision item and one action item for all samples (pack_samples' `merge`)
+
+    def vision_items(self, videos) -> list[torch.Tensor]:
+        """The forward's `vision_tokens` from every sample's [C, t, h, w] latents: a list, or when
+        merged also one [B, C, t, h, w] tensor."""
+        if not self.merged:
+            return [v.unsqueeze(0) for v in videos]
+        stacked = videos.transpose(0, 1) if isinstance(videos, torch.Tensor) else torch.stack(list(videos), dim=1)
+        c, b, t, h, w = stacked.shape
+        return [stacked.reshape(1, c, b * t, h, w)]
+
+    def action_items(self, actions) -> list[torch.Tensor]:
+        """The forward's `action_tokens` from every sample's [L, D] rows (a list, or when merged also [B, L, D])."""
+        if not self.merged:
+            return list(actions)
+        stacked = actions if isinstance(actions, torch.Tensor) else torch.stack(list(actions))
+        return [stacked.reshape(-1, stacked.shape[-1])]
+
+    def video_outputs(self, out) -> torch.Tensor:
+        """The forward's video predictions as one [B, C, t, h, w] tensor (a view when merged; zeros
+        at clean frames, as diffusers returns them). Unmerged, the samples must share one shape."""
+        if not self.merged:
+            return torch.stack([v[0] for v in out.sample])
+        merged = out.sample[0][0]  # [C, B*t, h, w]
+        c, bt, h, w = merged.shape
+        return merged.view(c, self.num_samples, bt // self.num_samples, h, w).transpose(0, 1)
+
+    def action_outputs(self, out) -> torch.Tensor:
+        """The forward's action predictions as one [B, L, D] tensor (see video_outputs)."""
+        if not self.merged:
+            return torch.stack(list(out.action))
+        rows = out.action[0]
+        return rows.view(self.num_samples, rows.shape[0] // self.num_samples, rows.shape[1])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,14 +128,21 @@ def text_padding(text_lengths: list[int], multiple: int) -> int:
     return 0 if multiple <= 0 else -total % multiple
 
 
-def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) -> PackedBatch:
+def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0, merge: bool = False) -> PackedBatch:
     """Build the forward kwargs of one packed sequence. `config` is the transformer's config.
 
     `text_multiple` > 0 rounds the text prefix up to a multiple of it with filler tokens that form a
     sample of their own (text only: they attend to each other, nothing attends to them), so the
     outputs of real samples are unchanged. Packs of prompts of different lengths then share a few
     sequence lengths, which is what compiled layers (guarded on exact shapes) and compiled flex
-    attention need to avoid recompiling every step."""
+    attention need to avoid recompiling every step.
+
+    `merge`: when every sample has one generation layout (grid, action rows, clean sets, domain; the
+    texts may differ), diffusers' forward gets them as ONE vision item of B x t frames and ONE action
+    item of B x L rows. Its patchify, timestep-embedding, head and unpatchify code loops over items,
+    ~100 kernels a sample forward and backward that left a medium MT10 step host-bound on an H200;
+    merged it runs once. Tokens, order and outputs are the same (the frames of sample b are frames
+    b*t..b*t+t-1 of the item); read the outputs with PackedBatch.video_outputs / action_outputs."""
     p = config.latent_patch_size
     margin = config.unified_3d_mrope_temporal_modality_margin
     fps_mod = config.enable_fps_modulation
@@ -192,7 +232,11 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
             action_noisy_frame_indexes=_on_device(action_noisy, device),
             action_domain_ids=_on_device([d.reshape(1) for d in domains], device, shape=()),
         )
+    merged = merge and mergeable(samples)
+    if merged:
+        kwargs.update(_merged_items(samples, kwargs, has_actions))
     return PackedBatch(
+        merged=merged,
         forward_kwargs=kwargs,
         und_sample_ids=up(_expand_runs(und_runs)),
         gen_sample_ids=up(_expand_runs(gen_runs)),
@@ -202,6 +246,35 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0) 
         gen_chunk_ids=up(torch.cat(chunk_ids)) if any(s.causal_chunk_frames > 0 for s in samples) else None,
         layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
     )
+
+
+def mergeable(samples: list[SequenceSample]) -> bool:
+    """Every sample has the same generation layout and action domain (only the texts may differ)."""
+    first = _layout_of(samples[0])[1:], samples[0].domain_id
+    return all((_layout_of(s)[1:], s.domain_id) == first for s in samples[1:])
+
+
+def _merged_items(samples: list[SequenceSample], kwargs: dict, has_actions: bool) -> dict:
+    """The per-item forward kwargs of mergeable samples as one vision item (and one action item):
+    frame f of sample b is frame b*t + f, row r is row b*L + r."""
+    b = len(samples)
+    c, t, h, w = samples[0].video.shape
+    grid = kwargs["vision_token_shapes"][0]
+    offsets = torch.arange(b, device=kwargs["vision_noisy_frame_indexes"][0].device)[:, None]
+    out = dict(
+        vision_tokens=[torch.stack([s.video for s in samples], dim=1).reshape(1, c, b * t, h, w)],
+        vision_token_shapes=[(b * grid[0], grid[1], grid[2])],
+        vision_noisy_frame_indexes=[(kwargs["vision_noisy_frame_indexes"][0] + offsets * t).flatten()],
+    )
+    if has_actions:
+        rows = samples[0].actions.shape[0]
+        out.update(
+            action_tokens=[torch.cat([s.actions for s in samples])],
+            action_token_shapes=[(b * rows, 1, 1)],
+            action_noisy_frame_indexes=[(kwargs["action_noisy_frame_indexes"][0] + offsets * rows).flatten()],
+            action_domain_ids=kwargs["action_domain_ids"][:1],
+        )
+    return out
 
 
 def _expand_runs(runs: list[tuple[int, int]]) -> torch.Tensor:
