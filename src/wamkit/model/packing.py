@@ -69,16 +69,13 @@ class PackedBatch:
         merged also one [B, C, t, h, w] tensor."""
         if not self.merged:
             return [v.unsqueeze(0) for v in videos]
-        stacked = videos.transpose(0, 1) if isinstance(videos, torch.Tensor) else torch.stack(list(videos), dim=1)
-        c, b, t, h, w = stacked.shape
-        return [stacked.reshape(1, c, b * t, h, w)]
+        return [_merged_video(videos)]
 
     def action_items(self, actions) -> list[torch.Tensor]:
         """The forward's `action_tokens` from every sample's [L, D] rows (a list, or when merged also [B, L, D])."""
         if not self.merged:
             return list(actions)
-        stacked = actions if isinstance(actions, torch.Tensor) else torch.stack(list(actions))
-        return [stacked.reshape(-1, stacked.shape[-1])]
+        return [_merged_rows(actions)]
 
     def video_outputs(self, out) -> torch.Tensor:
         """The forward's video predictions as one [B, C, t, h, w] tensor (a view when merged; zeros
@@ -257,24 +254,36 @@ def mergeable(samples: list[SequenceSample]) -> bool:
 def _merged_items(samples: list[SequenceSample], kwargs: dict, has_actions: bool) -> dict:
     """The per-item forward kwargs of mergeable samples as one vision item (and one action item):
     frame f of sample b is frame b*t + f, row r is row b*L + r."""
-    b = len(samples)
-    c, t, h, w = samples[0].video.shape
+    b, t = len(samples), samples[0].video.shape[1]
     grid = kwargs["vision_token_shapes"][0]
     offsets = torch.arange(b, device=kwargs["vision_noisy_frame_indexes"][0].device)[:, None]
     out = dict(
-        vision_tokens=[torch.stack([s.video for s in samples], dim=1).reshape(1, c, b * t, h, w)],
+        vision_tokens=[_merged_video([s.video for s in samples])],
         vision_token_shapes=[(b * grid[0], grid[1], grid[2])],
         vision_noisy_frame_indexes=[(kwargs["vision_noisy_frame_indexes"][0] + offsets * t).flatten()],
     )
     if has_actions:
         rows = samples[0].actions.shape[0]
         out.update(
-            action_tokens=[torch.cat([s.actions for s in samples])],
+            action_tokens=[_merged_rows([s.actions for s in samples])],
             action_token_shapes=[(b * rows, 1, 1)],
             action_noisy_frame_indexes=[(kwargs["action_noisy_frame_indexes"][0] + offsets * rows).flatten()],
             action_domain_ids=kwargs["action_domain_ids"][:1],
         )
     return out
+
+
+def _merged_video(videos) -> torch.Tensor:
+    """Every sample's [C, t, h, w] latents (a list or one [B, C, t, h, w] tensor) as one [1, C, B*t, h, w] item."""
+    stacked = videos.transpose(0, 1) if isinstance(videos, torch.Tensor) else torch.stack(list(videos), dim=1)
+    c, b, t, h, w = stacked.shape
+    return stacked.reshape(1, c, b * t, h, w)
+
+
+def _merged_rows(actions) -> torch.Tensor:
+    """Every sample's [L, D] rows (a list or one [B, L, D] tensor) as one [B*L, D] item."""
+    stacked = actions if isinstance(actions, torch.Tensor) else torch.stack(list(actions))
+    return stacked.reshape(-1, stacked.shape[-1])
 
 
 def _expand_runs(runs: list[tuple[int, int]]) -> torch.Tensor:
