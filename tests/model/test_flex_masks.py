@@ -70,6 +70,7 @@ OUTPUT_CHECK_MAX = 4_000_000  # q x kv pairs up to which eager flex attention al
     ([32] * 4, [3080] * 4, None),  # the Meta-World world model: 32 text + 3080 generation tokens per sample
     ([7, 130, 3], [257, 129, 512], None),
     ([16, 16, 16], [400, 260, 390], 100),  # block-causal teacher forcing
+    ([28], [100], None),  # keys fill whole tiles, queries do not: padded queries see no key at all
 ])
 def test_tile_masks_match_create_block_mask(text, gen, chunk):
     und, gen_ids, chunks = _layout(text, gen, chunk)
@@ -77,15 +78,42 @@ def test_tile_masks_match_create_block_mask(text, gen, chunk):
     theirs = _reference(und, gen_ids, chunks)
     g = torch.Generator().manual_seed(0)
     for mine, ref, q_len, kv_len in zip(ours, theirs, (len(und), len(gen_ids)), (len(und), len(und) + len(gen_ids))):
-        # the mask our tiles apply is exactly the reference's, element by element (outputs equal follows)
-        assert torch.equal(_effective(mine, q_len, kv_len), _mask_of(ref, q_len, kv_len))
+        padded_q, padded_kv = mine.seq_lengths  # whole tiles: padding tokens after the real ones
+        assert padded_q % 128 == 0 and padded_kv % 128 == 0 and padded_q >= q_len and padded_kv >= kv_len
+        effective = _effective(mine, padded_q, padded_kv)
+        # over the real tokens the mask our tiles apply is exactly the reference's, element by element
+        assert torch.equal(effective[:q_len, :kv_len], _mask_of(ref, q_len, kv_len))
+        assert not effective[:q_len, kv_len:].any() and not effective[q_len:, :kv_len].any()  # padding is its own sample
         if q_len * kv_len <= OUTPUT_CHECK_MAX:  # and flex attention reads the tiles as _effective does
             q = torch.randn(1, 2, q_len, 16, generator=g)
             k, v = torch.randn(1, 2, kv_len, 16, generator=g), torch.randn(1, 2, kv_len, 16, generator=g)
-            torch.testing.assert_close(flex_attention(q, k, v, block_mask=mine), flex_attention(q, k, v, block_mask=ref))
+            pad = lambda x, n: torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[2]))  # noqa: E731
+            ours_out = flex_attention(pad(q, padded_q), pad(k, padded_kv), pad(v, padded_kv), block_mask=mine)
+            torch.testing.assert_close(ours_out[:, :, :q_len], flex_attention(q, k, v, block_mask=ref))
+            assert torch.isfinite(ours_out).all()
         my_partial, my_full = _tiles(mine)
         ref_partial, ref_full = _tiles(ref)
+        assert my_full.shape == ref_full.shape  # padding to whole tiles adds no tile
         assert not (my_full & ~ref_full).any()  # a full tile skips the mask: it must really be full
         assert not ((ref_partial | ref_full) & ~(my_partial | my_full)).any()  # no allowed tile dropped
         extra = int((my_partial | my_full).sum() - (ref_partial | ref_full).sum())
-        assert extra <= 2 * len(text) + 2, f"{extra} tiles more than create_block_mask"
+        assert extra <= 2 * len(text) + 3, f"{extra} tiles more than create_block_mask"
+
+
+def test_attend_pads_ragged_lengths():
+    """FlexPackedAttention.attend pads q, k, v to its masks' whole tiles and hands back only the real
+    rows: the same output as dense-mask SDPA for lengths of no whole tile (flex has no CPU backward;
+    the GPU step trains through the same padded masks)."""
+    from wamkit.model.attention import PackedAttention
+
+    und, gen_ids, _ = _layout([5, 23], [40, 60])  # kv = 128 exactly; queries 28 and 100
+    g = torch.Generator().manual_seed(1)
+    for pathway, q_len, kv_len in (("und", len(und), len(und)), ("gen", len(gen_ids), len(und) + len(gen_ids))):
+        q = torch.randn(q_len, 4, 16, generator=g)
+        k, v = torch.randn(kv_len, 2, 16, generator=g), torch.randn(kv_len, 2, 16, generator=g)
+        outs = []
+        for processor in (FlexPackedAttention(compiled=False), PackedAttention()):
+            processor.set_layout(und, gen_ids)
+            outs.append(processor.attend(q, k, v, pathway))
+        assert outs[0].shape == (q_len, 4 * 16)
+        torch.testing.assert_close(outs[0], outs[1])

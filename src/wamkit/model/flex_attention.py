@@ -55,8 +55,18 @@ class FlexPackedAttention(PackedAttention):
 
     @staticmethod
     def _block_masks(und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None):
-        kv_ids = torch.cat([und_ids, gen_ids])
-        kv_chunks = None if gen_chunk_ids is None else torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids])
+        """Masks over lengths padded to whole tiles (`attend` pads q, k and v to match): inductor's flex
+        lowering finds no kernel for some short or ragged lengths once it compiles dynamic shapes (a
+        closed-loop evaluation died on one, 2026-12-03). Padding tokens form one extra sample of their
+        own, after every real one (ids stay sorted), so no real token sees them or is seen by them."""
+        pad_id = int(max(und_ids.max(), gen_ids.max())) + 1
+        kv_ids = _pad_to_tiles(torch.cat([und_ids, gen_ids]), pad_id)
+        kv_chunks = None
+        if gen_chunk_ids is not None:  # padding's chunk comes after every real one, like its sample id
+            pad_chunk = int(gen_chunk_ids.max()) + 1 if len(gen_chunk_ids) else 0
+            kv_chunks = _pad_to_tiles(torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids]), pad_chunk)
+            gen_chunk_ids = _pad_to_tiles(gen_chunk_ids, pad_chunk)
+        und_ids, gen_ids = _pad_to_tiles(und_ids, pad_id), _pad_to_tiles(gen_ids, pad_id)
 
         def und_mask(b, h, q, kv):
             return (und_ids[q] == und_ids[kv]) & (q >= kv)
@@ -86,6 +96,9 @@ class FlexPackedAttention(PackedAttention):
         if self._single:
             return sdpa_attention(q, k, v, causal=pathway == "und")
         block = self.und_block if pathway == "und" else self.gen_block
+        n = len(q)
+        q_len, kv_len = block.seq_lengths  # whole tiles (see _block_masks)
+        q, k, v = _pad_rows(q, q_len), _pad_rows(k, kv_len), _pad_rows(v, kv_len)
         fn = _flex() if self.compiled else flex_attention
         device = q.device.type
         if torch.is_autocast_enabled(device):  # under autocast flex falls back to a dense math kernel (N^2 memory)
@@ -93,11 +106,22 @@ class FlexPackedAttention(PackedAttention):
             q, k, v = (x.to(dtype) for x in (q, k, v))
         with torch.autocast(device, enabled=False):
             out = fn(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), block_mask=block, enable_gqa=True)
-        return out.squeeze(0).transpose(0, 1).flatten(-2, -1)
+        return out.squeeze(0).transpose(0, 1)[:n].flatten(-2, -1)
 
 
 
 TILE = 128  # flex attention's default block size
+
+
+def _pad_to_tiles(ids: torch.Tensor, value: int) -> torch.Tensor:
+    """`ids` followed by `value` up to a whole number of tiles (at least one)."""
+    pad = max(TILE, -(-len(ids) // TILE) * TILE) - len(ids)
+    return torch.cat([ids, ids.new_full((pad,), value)]) if pad else ids
+
+
+def _pad_rows(x: torch.Tensor, length: int) -> torch.Tensor:
+    """[N, H, D] -> [length, H, D] with zero rows after the real ones."""
+    return torch.nn.functional.pad(x, (0, 0, 0, 0, 0, length - len(x))) if length > len(x) else x
 
 
 class _TileRanges:
