@@ -152,3 +152,14 @@ def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, t
     assert timing["rounds"] >= 2 and 1 <= timing["mean_batch"] <= 2 and timing["policy_s"] > 0 and timing["env_s"] > 0
     assert timing["policy_s"] + timing["env_s"] <= batched.tasks[0].seconds and serial.tasks[0].timing is None
     assert set(timing["ms_per_predict_by_batch"]) <= {"1", "2"} and all(v > 0 for v in timing["ms_per_predict_by_batch"].values())
+
+
+def test_batched_closed_loop_with_more_workers_than_episodes(run_dir, tmp_path):
+    """Every episode ends in the first round (4 steps, 4 executed), so three workers come free while only
+    one episode is left: the H200 curve (2 episodes a task, 15 workers) once died popping an empty queue there."""
+    from wamkit.eval.suite import evaluate_envs
+
+    policy = load_policy(run_dir, num_steps=1)
+    result = evaluate_envs(policy, expand_env_names(TWO), 2, seed=1, workers=3, out_dir=tmp_path / "b",
+                           max_episode_steps=4, execute_horizon=4, num_steps=1)
+    assert [t.episodes for t in result.tasks] == [2, 2]

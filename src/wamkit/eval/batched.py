@@ -131,7 +131,7 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
     live: dict[int, _Live] = {}
     while live or queue:
         t0 = time.perf_counter()
-        started = [w for w in range(len(pool)) if w not in live and queue]
+        started = [w for w in range(len(pool)) if w not in live][:len(queue)]  # fewer episodes left than free workers
         for w in started:
             live[w] = queue.pop(0)
             pool.send(w, "reset", live[w].spec.name, live[w].seed)
