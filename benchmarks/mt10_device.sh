@@ -43,6 +43,10 @@
 # The bf16 closed loop (flex attention) works. Since then, not yet measured on the GPU: same-shaped samples train
 # as stacked tensors and one merged pack (~190 -> ~91 ops a sample on the CPU, ~5 of them kernel launches), so
 # run PHASE=profile first and set SPS from its samples/s before PHASE=1.
+# MEASURED (tenth session, 2026-12-03): the stacked step trains at 290-320 samples/s beside the world model, 519
+# alone (SPS=260 finished its 853 steps inside the 270 s box; SPS now defaults to 300). Success at 20 episodes a
+# task: wamkit 0.355, ACT 0.60, DP 0.595 (benchmarks/RESULTS.md). wamkit's closed loop: 200 episodes in 104 s, of
+# which 148 CUDA graph captures (each task mix a new layout) take a large share.
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
@@ -75,7 +79,7 @@ else
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
   ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-10}
-  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-80}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
+  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-300}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
