@@ -59,14 +59,12 @@ class FlexPackedAttention(PackedAttention):
         lowering finds no kernel for some short or ragged lengths once it compiles dynamic shapes (a
         closed-loop evaluation died on one, 2026-12-03). Padding tokens form one extra sample of their
         own, after every real one (ids stay sorted), so no real token sees them or is seen by them."""
-        pad_id = int(max(und_ids.max(), gen_ids.max())) + 1
-        kv_ids = _pad_to_tiles(torch.cat([und_ids, gen_ids]), pad_id)
+        kv_ids = _pad_to_tiles(torch.cat([und_ids, gen_ids]))
         kv_chunks = None
         if gen_chunk_ids is not None:  # padding's chunk comes after every real one, like its sample id
-            pad_chunk = int(gen_chunk_ids.max()) + 1 if len(gen_chunk_ids) else 0
-            kv_chunks = _pad_to_tiles(torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids]), pad_chunk)
-            gen_chunk_ids = _pad_to_tiles(gen_chunk_ids, pad_chunk)
-        und_ids, gen_ids = _pad_to_tiles(und_ids, pad_id), _pad_to_tiles(gen_ids, pad_id)
+            kv_chunks = _pad_to_tiles(torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids]))
+            gen_chunk_ids = _pad_to_tiles(gen_chunk_ids)
+        und_ids, gen_ids = _pad_to_tiles(und_ids), _pad_to_tiles(gen_ids)
 
         def und_mask(b, h, q, kv):
             return (und_ids[q] == und_ids[kv]) & (q >= kv)
@@ -111,12 +109,13 @@ class FlexPackedAttention(PackedAttention):
 
 
 TILE = 128  # flex attention's default block size
+PADDING_ID = 2**30  # sample and chunk id of padding tokens: above every real one (ids stay sorted), read without a host sync
 
 
-def _pad_to_tiles(ids: torch.Tensor, value: int) -> torch.Tensor:
-    """`ids` followed by `value` up to a whole number of tiles (at least one)."""
+def _pad_to_tiles(ids: torch.Tensor) -> torch.Tensor:
+    """`ids` followed by PADDING_ID up to a whole number of tiles (at least one)."""
     pad = max(TILE, -(-len(ids) // TILE) * TILE) - len(ids)
-    return torch.cat([ids, ids.new_full((pad,), value)]) if pad else ids
+    return torch.cat([ids, ids.new_full((pad,), PADDING_ID)]) if pad else ids
 
 
 def _pad_rows(x: torch.Tensor, length: int) -> torch.Tensor:
@@ -128,21 +127,20 @@ class _TileRanges:
     """Per tile of TILE consecutive tokens: first/last token position and min/max sample id (and
     chunk id). Sample ids are sorted within each of a sequence's runs, so tiles whose id ranges do
     not meet share no sample; ranges that meet are treated as sharing one (a tile over the boundary
-    of two runs can only be over-counted as partial, which costs speed, never correctness)."""
+    of two runs can only be over-counted as partial, which costs speed, never correctness). The ids
+    fill whole tiles (_pad_to_tiles): no short tail tile needs excluding from "full" by hand."""
 
     def __init__(self, ids: torch.Tensor, chunks: torch.Tensor | None = None):
-        n = len(ids)
-        self.count = -(-n // TILE)
-        starts = torch.arange(self.count, device=ids.device) * TILE
-        self.first, self.last = starts, torch.clamp(starts + TILE - 1, max=n - 1)
-        self.whole = self.last - self.first == TILE - 1  # a short tail tile is never "full" (as create_block_mask)
+        assert len(ids) % TILE == 0, "pad the ids to whole tiles first (_pad_to_tiles)"
+        self.count = len(ids) // TILE
+        self.first = torch.arange(self.count, device=ids.device) * TILE
+        self.last = self.first + TILE - 1
         self.id_min, self.id_max = _tile_min_max(ids, self.count)
         self.chunk_min, self.chunk_max = _tile_min_max(chunks, self.count) if chunks is not None else (None, None)
 
 
 def _tile_min_max(values: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    pad = count * TILE - len(values)
-    tiles = torch.cat([values, values[-1:].expand(pad)]).view(count, TILE)  # the tail repeats its last value
+    tiles = values.view(count, TILE)
     return tiles.amin(1), tiles.amax(1)
 
 
@@ -151,7 +149,7 @@ def _tile_classes(q: _TileRanges, kv: _TileRanges, causal: bool) -> tuple[torch.
     col = lambda x: x[:, None]  # noqa: E731
     one_sample = (col(q.id_min) == col(q.id_max)) & (kv.id_min == kv.id_max) & (col(q.id_min) == kv.id_min)
     meet = (col(q.id_min) <= kv.id_max) & (kv.id_min <= col(q.id_max))
-    full, any_ = one_sample & col(q.whole) & kv.whole, meet
+    full, any_ = one_sample, meet
     if causal:  # kv <= q
         full = full & (kv.last <= col(q.first))
         any_ = any_ & (kv.first <= col(q.last))
