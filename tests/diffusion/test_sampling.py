@@ -249,3 +249,29 @@ def test_rtc_steering_with_cfg_pulls_the_frozen_head_to_the_target(real_model):
     assert guided_gap < 0.25 * free_gap, (guided_gap, free_gap)
     torch.testing.assert_close(guided[1], free[1], atol=1e-5, rtol=1e-4)
     assert torch.count_nonzero(guided[0, :, 3:]) == 0  # padded channels stay out of the steering
+
+
+def test_flex_batches_pad_their_text_to_whole_tiles_and_still_equal_one_at_a_time(real_model):
+    """Under flex attention a batch's text is padded to whole tiles (packs of other prompts then share
+    padded shapes, mask slots and CUDA graphs); the filler changes no action."""
+    from wamkit.model.flex_attention import TILE, FlexPackedAttention
+
+    observations = [_obs(i, prompt="p" * (3 + 5 * i)) for i in range(3)]
+    flex = FlexPackedAttention(compiled=False)
+    und_lens, real_forward = [], real_model.forward
+
+    def spy(**kw):
+        und_lens.append(kw["und_len"])
+        return real_forward(**kw)
+
+    real_model.set_attn_processor(flex)
+    real_model.forward = spy
+    try:
+        batched = sample_policy(real_model, flex, PixelTokenizer(8), ByteTokenizer(32), observations, num_steps=3, shift=2.0,
+                                generator=[torch.Generator().manual_seed(20 + i) for i in range(3)], fps=10.0)
+    finally:
+        del real_model.forward
+    assert und_lens[0] % TILE == 0 and und_lens[1:] == [0, 0]
+    singles = [_sample(real_model, [o], [torch.Generator().manual_seed(20 + i)], num_steps=3)[0] for i, o in enumerate(observations)]
+    for b, s in zip(batched, singles):
+        torch.testing.assert_close(b, s, atol=1e-5, rtol=1e-4)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from wamkit.model.flex_attention import FlexPackedAttention
+from wamkit.model.flex_attention import FlexPackedAttention, _block_masks, _padded_ids
 
 
 def _layout(text_lengths, gen_lengths, chunk_frames=None):
@@ -74,7 +74,7 @@ OUTPUT_CHECK_MAX = 4_000_000  # q x kv pairs up to which eager flex attention al
 ])
 def test_tile_masks_match_create_block_mask(text, gen, chunk):
     und, gen_ids, chunks = _layout(text, gen, chunk)
-    ours = FlexPackedAttention._block_masks(und, gen_ids, chunks)
+    ours = _block_masks(_padded_ids(und, gen_ids, chunks))
     theirs = _reference(und, gen_ids, chunks)
     g = torch.Generator().manual_seed(0)
     for mine, ref, q_len, kv_len in zip(ours, theirs, (len(und), len(gen_ids)), (len(und), len(und) + len(gen_ids))):
@@ -117,3 +117,34 @@ def test_attend_pads_ragged_lengths():
             outs.append(processor.attend(q, k, v, pathway))
         assert outs[0].shape == (q_len, 4 * 16)
         torch.testing.assert_close(outs[0], outs[1])
+
+
+def test_layouts_of_one_padded_shape_share_mask_tensors():
+    """A second layout of the same padded shape (another mix of prompts) is written into the first
+    one's mask tensors, so a CUDA graph captured on the first replays the second correctly: same
+    graph_key, same tensor objects, contents and attention output those of the second layout."""
+    from wamkit.model.attention import PackedAttention
+
+    flex = FlexPackedAttention(compiled=False)
+    first, second = _layout([40, 52], [300, 300]), _layout([52, 40], [300, 300])  # both pad to 128 + 640
+    flex.layout_key = ("cpu", "a", "b")
+    flex.set_layout(*first[:2])
+    key, und_block, tensors = flex.graph_key, flex.und_block, [flex.gen_block.kv_indices, flex.gen_block.full_kv_indices]
+    flex.layout_key = ("cpu", "b", "a")
+    flex.set_layout(*second[:2])
+    assert flex.graph_key == key and flex.und_block is und_block
+    assert flex.gen_block.kv_indices is tensors[0] and flex.gen_block.full_kv_indices is tensors[1]
+    fresh = _block_masks(_padded_ids(*second))
+    for mine, ref in zip((flex.und_block, flex.gen_block), fresh):
+        q_len, kv_len = ref.seq_lengths
+        assert torch.equal(_effective(mine, q_len, kv_len), _effective(ref, q_len, kv_len))
+    und, gen_ids, _ = second
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(len(gen_ids), 4, 16, generator=g), torch.randn(len(und) + len(gen_ids), 2, 16, generator=g), \
+        torch.randn(len(und) + len(gen_ids), 2, 16, generator=g)
+    dense = PackedAttention()
+    dense.set_layout(und, gen_ids)
+    torch.testing.assert_close(flex.attend(q, k, v, "gen"), dense.attend(q, k, v, "gen"))
+    flex.layout_key = ("cpu", "c", "d")
+    flex.set_layout(*_layout([40, 52], [300, 600])[:2])  # another padded shape: another slot, another key
+    assert flex.graph_key != key

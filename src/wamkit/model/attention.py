@@ -75,6 +75,12 @@ class PackedAttention:
         """Back to layer 0 (a forward visits the layers in order)."""
         self._layer_cursor = 0
 
+    @property
+    def graph_key(self) -> tuple | None:
+        """What a captured forward reads besides its inputs, as a CUDA graph key: here the layout's
+        own masks (wamkit.model.flex_attention keys by padded shape instead)."""
+        return self.layout_key
+
     def captured_state(self) -> tuple:
         """Everything a captured forward reads by address: must outlive the graph."""
         return self.und_mask, self.gen_mask, list(self._kv_buffers)

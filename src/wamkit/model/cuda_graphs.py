@@ -86,7 +86,7 @@ class _ReplayedMethod:
 
 class DecoderStackGraphs(_ReplayedMethod):
     """Replaces `model._run_decoder_stack` on one CUDA model (most of a forward's arithmetic). Keyed
-    by the installed layout, the text-cache mode and the input shapes; training (grad enabled) and
+    by the processor's graph_key (its masks), the text-cache mode and the input shapes; training (grad enabled) and
     unkeyed layouts run plainly."""
 
     name = "_run_decoder_stack"
@@ -96,7 +96,7 @@ class DecoderStackGraphs(_ReplayedMethod):
         self.bypass = False  # set while a whole-forward graph (ForwardGraphs) warms up or captures: part of that one
 
     def __call__(self, und_seq: torch.Tensor, gen_seq: torch.Tensor, rotary_emb: tuple):
-        layout = getattr(self.processor, "layout_key", None)
+        layout = getattr(self.processor, "graph_key", None)
         if torch.is_grad_enabled() or layout is None or self.bypass:
             return self._plain(und_seq, gen_seq, rotary_emb)
         key = (layout, getattr(self.processor, "text_cache", "off"), tuple(und_seq.shape), tuple(gen_seq.shape), und_seq.dtype)
@@ -127,7 +127,7 @@ class ForwardGraphs(_ReplayedMethod):
         self.failure: str | None = None
 
     def __call__(self, **kwargs):
-        layout = getattr(self.processor, "layout_key", None)
+        layout = getattr(self.processor, "graph_key", None)
         if torch.is_grad_enabled() or layout is None or self.failure is not None:
             return self._plain(**kwargs)
         tensors, structure = flatten_arguments(kwargs)

@@ -49,7 +49,9 @@ class DenoisingForward:
     def __init__(self, model, processor, samples: list[SequenceSample], cache_text: bool = True, reuse_text: bool = False,
                  merge: bool = False):
         self.model, self.processor = model, processor
-        self.batch = pack_samples(samples, model.config, merge=merge)  # merged: read outputs with batch.video_outputs
+        # A processor may ask for the text of several samples to be padded (flex: to shared padded shapes)
+        text_multiple = getattr(processor, "inference_text_multiple", 0) if len(samples) > 1 else 0
+        self.batch = pack_samples(samples, model.config, text_multiple=text_multiple, merge=merge)  # merged: read outputs with batch.video_outputs
         self.dtype = next(model.parameters()).dtype
         self.und_len = int(self.batch.forward_kwargs["und_len"])
         self.cache_text = cache_text and isinstance(processor, PackedAttention) and self.und_len > 0

@@ -10,6 +10,9 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from wamkit.model.attention import PackedAttention, sdpa_attention
 
+TILE = 128  # flex attention's default block size
+PADDING_ID = 2**30  # sample and chunk id of padding tokens: above every real one (ids stay sorted), read without a host sync
+
 _compiled_flex = None
 
 
@@ -24,70 +27,59 @@ def _flex():
 
 
 class FlexPackedAttention(PackedAttention):
-    def __init__(self, compiled: bool = True, max_cached_layouts: int = 16):
+    # Sampling packs pad their text to whole tiles (pack_samples' text_multiple): packs of different
+    # prompts then share padded shapes, and with them mask slots and captured graphs.
+    inference_text_multiple = TILE
+
+    def __init__(self, compiled: bool = True, max_slots: int = 16):
         super().__init__()
         self.compiled = compiled
         self.und_block = self.gen_block = None
-        # Block masks by layout key: building one costs milliseconds, and a server sees the same few
-        # layouts over and over (and CUDA graphs need the very same mask tensors on every replay).
-        self._blocks: OrderedDict[tuple, tuple] = OrderedDict()
-        self.max_cached_layouts = max_cached_layouts
+        # Masks by padded shape, at fixed addresses: a layout of a shape seen before is copied into the
+        # same tensors, so a CUDA graph captured for one mix of prompts replays every other mix of the
+        # same padded shape (graph_key). A closed loop's batches mix tasks anew at every chunk.
+        self._slots: OrderedDict[tuple, _MaskSlot] = OrderedDict()
+        self.max_slots = max_slots
+        self._slot: _MaskSlot | None = None
+        self._serial = 0
         self._single = False
 
     def set_layout(self, und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None = None) -> None:
-        key = self.layout_key
-        if key and key in self._blocks:
-            self._blocks.move_to_end(key)
-            self.und_block, self.gen_block = self._blocks[key]
-        else:
-            self.und_block, self.gen_block = self._block_masks(und_ids, gen_ids, gen_chunk_ids)
-            if key:
-                self._blocks[key] = (self.und_block, self.gen_block)
-                while len(self._blocks) > self.max_cached_layouts:
-                    self._blocks.popitem(last=False)
+        ids = _padded_ids(und_ids, gen_ids, gen_chunk_ids)
+        shape = (str(und_ids.device), *(None if t is None else len(t) for t in ids.values()))
+        slot = self._slots.get(shape)
+        if slot is None:
+            self._serial += 1
+            slot = self._slots[shape] = _MaskSlot(self._serial, ids)
+            while len(self._slots) > self.max_slots:
+                self._slots.popitem(last=False)
+        elif slot.layout_key is None or slot.layout_key != self.layout_key:
+            slot.refill(ids)
+        self._slots.move_to_end(shape)
+        slot.layout_key = self.layout_key  # None (an unkeyed layout) always refills next time
+        self._slot = slot
+        self.und_block, self.gen_block = slot.und_block, slot.gen_block
         self.und_mask = self.gen_mask = True  # marks "layout installed" for the base class check
         # One bidirectional sample (a policy request): the masks are plain causal / full, which
         # SDPA's fused kernels run faster than a block-sparse kernel at these lengths.
+        key = self.layout_key
         self._single = key is not None and len(key) == 2 and gen_chunk_ids is None
+
+    @property
+    def graph_key(self) -> tuple | None:
+        """What a captured graph reads besides its inputs: the padded shape's mask slot (whose
+        contents change in place from layout to layout), or for a lone sample its layout."""
+        if self.layout_key is None or self._slot is None:
+            return None
+        return self.layout_key if self._single else ("flex-slot", self._slot.serial)
 
     def captured_state(self) -> tuple:
         return self.und_block, self.gen_block, list(self._kv_buffers)
 
-    @staticmethod
-    def _block_masks(und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None):
-        """Masks over lengths padded to whole tiles (`attend` pads q, k and v to match): inductor's flex
-        lowering finds no kernel for some short or ragged lengths once it compiles dynamic shapes (a
-        closed-loop evaluation died on one, 2026-12-03). Padding tokens form one extra sample of their
-        own, after every real one (ids stay sorted), so no real token sees them or is seen by them."""
-        kv_ids = _pad_to_tiles(torch.cat([und_ids, gen_ids]))
-        kv_chunks = None
-        if gen_chunk_ids is not None:  # padding's chunk comes after every real one, like its sample id
-            kv_chunks = _pad_to_tiles(torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids]))
-            gen_chunk_ids = _pad_to_tiles(gen_chunk_ids)
-        und_ids, gen_ids = _pad_to_tiles(und_ids), _pad_to_tiles(gen_ids)
-
-        def und_mask(b, h, q, kv):
-            return (und_ids[q] == und_ids[kv]) & (q >= kv)
-
-        def gen_mask(b, h, q, kv):
-            if kv_chunks is None:
-                return gen_ids[q] == kv_ids[kv]
-            return (gen_ids[q] == kv_ids[kv]) & (kv_chunks[kv] <= gen_chunk_ids[q])  # block-causal
-
-        # Which tiles are empty, partial or full follows from each tile's range of sample ids (and
-        # chunk ids), so the masks are built tile by tile: create_block_mask would evaluate the mask
-        # at every (q, kv) pair, ~2.5e9 of them for 16 packed world-model samples, at every step.
-        und = _TileRanges(und_ids)
-        und_full, und_any = _tile_classes(und, und, causal=True)
-        kv = _TileRanges(kv_ids, kv_chunks)
-        gen_q = _TileRanges(gen_ids, gen_chunk_ids)
-        gen_full, gen_any = _tile_classes(gen_q, kv, causal=False)
-        return (_block_mask(und_full, und_any, und_mask, len(und_ids), len(und_ids)),
-                _block_mask(gen_full, gen_any, gen_mask, len(gen_ids), len(kv_ids)))
-
     def clear(self) -> None:
         super().clear()
         self.und_block = self.gen_block = None
+        self._slot = None
         self._single = False
 
     def attend(self, q, k, v, pathway: str) -> torch.Tensor:
@@ -107,9 +99,66 @@ class FlexPackedAttention(PackedAttention):
         return out.squeeze(0).transpose(0, 1)[:n].flatten(-2, -1)
 
 
+class _MaskSlot:
+    """The block masks of one padded shape and the id tensors their mask_mods read. `refill` copies
+    another layout of the same shape into these very tensors (CUDA graphs read them by address)."""
 
-TILE = 128  # flex attention's default block size
-PADDING_ID = 2**30  # sample and chunk id of padding tokens: above every real one (ids stay sorted), read without a host sync
+    def __init__(self, serial: int, ids: dict):
+        self.serial = serial
+        self.layout_key: tuple | None = None  # the layout the tensors hold now
+        self.ids = ids
+        self.und_block, self.gen_block = _block_masks(ids)
+
+    def refill(self, ids: dict) -> None:
+        for name, value in ids.items():
+            if value is not None:
+                self.ids[name].copy_(value)
+        und_block, gen_block = _block_masks(self.ids)
+        _copy_block_mask(self.und_block, und_block)
+        _copy_block_mask(self.gen_block, gen_block)
+
+
+def _padded_ids(und_ids: torch.Tensor, gen_ids: torch.Tensor, gen_chunk_ids: torch.Tensor | None) -> dict:
+    """Sample (and chunk) ids over lengths padded to whole tiles (`attend` pads q, k and v to match):
+    inductor's flex lowering finds no kernel for some short or ragged lengths once it compiles dynamic
+    shapes (a closed-loop evaluation died on one, 2026-12-03). Padding tokens form one extra sample of
+    their own, after every real one (ids stay sorted), so no real token sees them or is seen by them."""
+    kv_ids = _pad_to_tiles(torch.cat([und_ids, gen_ids]))
+    kv_chunks = gen_chunks = None
+    if gen_chunk_ids is not None:  # padding's chunk comes after every real one, like its sample id
+        kv_chunks = _pad_to_tiles(torch.cat([torch.full_like(und_ids, -1), gen_chunk_ids]))
+        gen_chunks = _pad_to_tiles(gen_chunk_ids)
+    return dict(und=_pad_to_tiles(und_ids), gen=_pad_to_tiles(gen_ids), kv=kv_ids, kv_chunks=kv_chunks, gen_chunks=gen_chunks)
+
+
+def _block_masks(ids: dict) -> tuple[BlockMask, BlockMask]:
+    """The text and generation pathways' block masks over `ids` (_padded_ids); their mask_mods read
+    those very tensors, so new ids written into them change what the masks say."""
+    und_ids, gen_ids, kv_ids, kv_chunks, gen_chunks = (ids[k] for k in ("und", "gen", "kv", "kv_chunks", "gen_chunks"))
+
+    def und_mask(b, h, q, kv):
+        return (und_ids[q] == und_ids[kv]) & (q >= kv)
+
+    def gen_mask(b, h, q, kv):
+        if kv_chunks is None:
+            return gen_ids[q] == kv_ids[kv]
+        return (gen_ids[q] == kv_ids[kv]) & (kv_chunks[kv] <= gen_chunks[q])  # block-causal
+
+    # Which tiles are empty, partial or full follows from each tile's range of sample ids (and
+    # chunk ids), so the masks are built tile by tile: create_block_mask would evaluate the mask
+    # at every (q, kv) pair, ~2.5e9 of them for 16 packed world-model samples, at every step.
+    und = _TileRanges(und_ids)
+    und_full, und_any = _tile_classes(und, und, causal=True)
+    gen_full, gen_any = _tile_classes(_TileRanges(gen_ids, gen_chunks), _TileRanges(kv_ids, kv_chunks), causal=False)
+    return (_block_mask(und_full, und_any, und_mask, len(und_ids), len(und_ids)),
+            _block_mask(gen_full, gen_any, gen_mask, len(gen_ids), len(kv_ids)))
+
+
+def _copy_block_mask(dst: BlockMask, src: BlockMask) -> None:
+    """Every tensor of `src` (block counts and indices, both directions) into `dst`'s of the same shape."""
+    for name, value in vars(src).items():
+        if isinstance(value, torch.Tensor):
+            getattr(dst, name).copy_(value)
 
 
 def _pad_to_tiles(ids: torch.Tensor) -> torch.Tensor:

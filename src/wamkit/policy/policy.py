@@ -59,8 +59,10 @@ class Policy(ContractModel):
         self.device = device = param.device  # decided by the loader (load_from_*(device=...)); read, never re-derived
         self.processor = install_packed_attention(self.model, attention_backend(attention, device, param.dtype))
         use_graphs = device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
-        self.graphs = DecoderStackGraphs(self.model, self.processor) if use_graphs else None
-        self.forward_graphs = ForwardGraphs(self.model, self.processor) if use_graphs else None
+        # Up to 64 graphs each: a batched closed loop sees every batch size up to its worker count, twice
+        # (the text-recording step and the replaying ones), and a few padded text lengths of each.
+        self.graphs = DecoderStackGraphs(self.model, self.processor, max_graphs=64) if use_graphs else None
+        self.forward_graphs = ForwardGraphs(self.model, self.processor, max_graphs=64) if use_graphs else None
         if use_graphs and hasattr(self.video_tokenizer, "enable_cuda_graphs"):
             self.video_tokenizer.enable_cuda_graphs()
         if device.type == "cuda" if compile_pointwise is None else compile_pointwise:
