@@ -83,6 +83,17 @@ def test_multi_dataset_success_only_and_with_failures(droid_root, demo_ds):
         [[n, s] for s in range(0, 8 - T)]
 
 
+def test_multi_dataset_frame_cache_covers_every_part_or_none(droid_root, demo_ds):
+    both = open_lerobot(droid_root, include_failures=True)
+    need_mb = both.decoded_video_bytes() / 2**20
+    assert both.decoded_video_bytes() == 2 * demo_ds.decoded_video_bytes()
+    assert not both.enable_frame_cache(need_mb * 0.9) and all(part._decoded is None for part in both.parts)
+    assert both.enable_frame_cache(need_mb * 1.01) and all(part._decoded is not None for part in both.parts)
+    single = WindowDataset(demo_ds, demo_ds.episode_indices, T)
+    cached = WindowDataset(both, both.episode_indices, T)[len(single) + 3]  # failure/ copy of the same window
+    assert np.array_equal(cached.video.numpy(), single[3].video.numpy())
+
+
 def test_multi_dataset_errors(droid_root, demo_root, tmp_path):
     with pytest.raises(DataError, match="include_failures"):
         open_lerobot(demo_root, include_failures=True)

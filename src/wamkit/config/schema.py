@@ -67,6 +67,9 @@ class DataConfig:
     use_state: bool = True
     val_fraction: float = 0.1
     num_workers: int = 0
+    # per loader process: keep every episode's decoded frames when the dataset's decoded video fits this
+    # (decoded once instead of a keyframe seek per window; wamkit.data.episode_frames); 0 = never
+    frame_cache_mb: float = 1024.0
     domain_name: str = "demo"
     domain_id: int = 0
     prompt_template: str = "{task}"

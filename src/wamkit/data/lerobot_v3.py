@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from wamkit.config.lerobot_home import hf_lerobot_home
+from wamkit.data.episode_frames import DecodedEpisodes, fits
 from wamkit.data.video import decode_at_times, decode_images
 from wamkit.errors import DataError
 
@@ -233,12 +234,26 @@ class LeRobotV3Dataset:
         self._episodes = load_episodes(self.root, self.video_keys)
         self.episode_indices = sorted(self._episodes)
         self._files: OrderedDict[Path, dict[str, Any]] = OrderedDict()
+        self._decoded: DecodedEpisodes | None = None  # enable_frame_cache
 
     def __getstate__(self) -> dict[str, Any]:
-        """Drop the column cache when pickled into DataLoader workers (each worker refills its own)."""
+        """Drop the column and frame caches when pickled into DataLoader workers (each worker refills its own)."""
         state = dict(self.__dict__)
         state["_files"] = OrderedDict()
+        state["_decoded"] = self._decoded.empty_copy() if self._decoded is not None else None
         return state
+
+    def decoded_video_bytes(self) -> int:
+        """Bytes of every video frame of every episode decoded to RGB (uint8)."""
+        per_frame = sum(int(np.prod(self.frame_size(k))) * 3 for k in self.video_keys)
+        return per_frame * sum(self.episode_length(ep) for ep in self.episode_indices)
+
+    def enable_frame_cache(self, budget_mb: float) -> bool:
+        """Keep whole decoded episodes in each reading process when all of them fit `budget_mb`
+        (wamkit.data.episode_frames); returns whether they do (and the cache is on)."""
+        on = fits(self.decoded_video_bytes(), budget_mb)
+        self._decoded = DecodedEpisodes(int(budget_mb * 2**20)) if on else None
+        return on
 
     # ---- metadata -------------------------------------------------------------------------------
     def _episode(self, ep: int) -> dict[str, Any]:
@@ -388,6 +403,17 @@ class LeRobotV3Dataset:
         self._check_timestamps(ep, timestamps)
         start = float(self._episode(ep)[f"videos/{camera_key}/from_timestamp"])
         path = self.video_path(ep, camera_key)
+        if self._decoded is not None:
+            def decode_episode() -> np.ndarray:
+                whole = decode_at_times(path, start + timestamps, self.fps)
+                self._check_frame_shape(camera_key, whole, path)
+                return whole
+
+            frames = self._decoded.frames(ep, camera_key, decode_episode)[frame_indices]
+            if out is None:
+                return frames
+            out[...] = frames
+            return out
         frames = decode_at_times(path, start + timestamps[frame_indices], self.fps, out)
         self._check_frame_shape(camera_key, frames, path)
         return frames

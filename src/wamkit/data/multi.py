@@ -121,6 +121,17 @@ class MultiDataset:
         part, local = self.locate(ep)
         return part.decode_frames(local, camera_key, frame_indices, out)
 
+    def decoded_video_bytes(self) -> int:
+        return sum(part.decoded_video_bytes() for part in self.parts)
+
+    def enable_frame_cache(self, budget_mb: float) -> bool:
+        """LeRobotV3Dataset.enable_frame_cache over every part: on when all of them together fit."""
+        total = self.decoded_video_bytes()
+        on = budget_mb > 0 and total <= budget_mb * 2**20
+        for part in self.parts:
+            part.enable_frame_cache(budget_mb * part.decoded_video_bytes() / max(total, 1) if on else 0)
+        return on
+
     def video_path(self, ep: int, camera_key: str) -> Path:
         part, local = self.locate(ep)
         return part.video_path(local, camera_key)

@@ -35,6 +35,7 @@ def build_run_data(cfg) -> RunData:
     if is_bundle(cfg.data.resolved_path()):  # a local sim-bimanual bundle (manifest.json + samples.json)
         return build_bundle_run_data(cfg)
     dataset = open_dataset(cfg)
+    dataset.enable_frame_cache(cfg.data.frame_cache_mb)
     if dataset.stats is None:
         raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
     if cfg.data.use_state and cfg.data.state_key not in dataset.features:
