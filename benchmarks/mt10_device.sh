@@ -78,8 +78,8 @@ else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl_sim/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
-  ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-10}
-  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-300}; BATCH=${BATCH:-64}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
+  ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-5}
+  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-1100}; BATCH=${BATCH:-256}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
@@ -122,6 +122,8 @@ phase1() {
   for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$OUT/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
   grep -h "samples/s\|first step\|train rc" "$OUT"/train_*.log | tail -8
   for f in "$OUT"/metrics_*.jsonl; do [ -f "$f" ] && echo "$f: $(grep samples_per_s "$f" | tail -1)"; done
+  stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
+  $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$OUT/graph_check.log" 2>&1; tail -4 "$OUT/graph_check.log"
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
     --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$OUT/eval_curve.log" 2>&1 || tail -20 "$OUT/eval_curve.log"
