@@ -75,7 +75,10 @@ if [ "$SMOKE" = 1 ]; then
 else
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl_sim/*.whl || exit 1
+  # WHEEL_DIRS: the carried wheel folders; PHASE=1 needs no LeRobot and no serving packages, so it fits the
+  # 64 MiB carry with a slimmer folder: WHEEL_DIRS=.whl_p1 (benchmarks/policy_quality_wheels.sh p1 makes it)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    $(for d in ${WHEEL_DIRS:-.whl .whl_sim}; do ls "$d"/*.whl; done) || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
   ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-5}

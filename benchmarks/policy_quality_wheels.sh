@@ -49,7 +49,14 @@ APT=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/t
 apt-get "${APT[@]}" update >/dev/null
 (cd .gl && apt-get "${APT[@]}" download "${GL_DEBS[@]}")
 
-for dir in .whl .whl_sim .gl; do
+# .whl_p1: what mt10_device.sh PHASE=1 installs (no LeRobot, no serving packages), hard links into the two
+# above, for when the working tree has grown too big for all three: carry [".whl_p1", ".gl"], WHEEL_DIRS=.whl_p1
+rm -rf .whl_p1 && mkdir .whl_p1
+for f in .whl/av-* .whl/diffusers-* .whl/importlib_metadata-* .whl_sim/farama* .whl_sim/glfw* .whl_sim/gymnasium* \
+         .whl_sim/metaworld* .whl_sim/mujoco* .whl_sim/pyopengl* .whl_sim/PyOpenGL*; do
+  [ -e "$f" ] && ln "$f" .whl_p1/
+done
+for dir in .whl .whl_sim .whl_p1 .gl; do
   echo "$dir: $(du -sh "$dir" | cut -f1)"
 done
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
