@@ -267,7 +267,10 @@ def test_training_pads_text_only_for_compiled_code():
     from wamkit.model.packing import TEXT_PAD_MULTIPLE
 
     assert training_text_multiple(False, "flex") == training_text_multiple(True, "per_sample") == TEXT_PAD_MULTIPLE
-    assert training_text_multiple(False, "per_sample") == training_text_multiple(False, "sdpa") == 0
+    assert training_text_multiple(False, "per_sample", 256) == training_text_multiple(False, "sdpa", 256) == 0
+    # bigger packs, bigger multiples (whole tiles): their total text spreads wider from step to step
+    assert training_text_multiple(True, "flex", 16) == 128 and training_text_multiple(True, "flex", 17) == 256
+    assert training_text_multiple(True, "flex", 256) == 2048
 
 
 def test_clean_and_noisy_positions_index_without_a_python_list():

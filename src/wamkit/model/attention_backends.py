@@ -20,13 +20,22 @@ def attention_backend(choice: str, device: torch.device, compute_dtype: str | to
     return choice
 
 
-def training_text_multiple(compiled: bool, backend: str) -> int:
+TEXT_SLACK_PER_SAMPLE = 8  # filler tokens a training sample may cost at most (see training_text_multiple)
+
+
+def training_text_multiple(compiled: bool, backend: str, samples: int = 1) -> int:
     """The `text_multiple` training packs get: compiled layers are guarded on exact shapes and flex
-    compiles its kernel, so both get packs of a few lengths (TEXT_PAD_MULTIPLE); eager backends none.
-    Without it, prompts of different lengths recompile every step until dynamo's limit, after which
-    flex runs unfused and materialises the scores (benchmarks/RESULTS.md: 73 GiB for 16 world-model
-    samples)."""
-    return TEXT_PAD_MULTIPLE if compiled or backend == "flex" else 0
+    compiles its kernel, so both get packs of a few lengths; eager backends none. Without it, prompts
+    of different lengths recompile every step until dynamo's limit, after which flex runs unfused and
+    materialises the scores (benchmarks/RESULTS.md: 73 GiB for 16 world-model samples).
+
+    The multiple grows with the pack (TEXT_SLACK_PER_SAMPLE tokens a sample, in whole tiles): the
+    spread of a pack's total text grows with its sample count, and at a fixed 128 a 256-sample MT10
+    pack met a new length nearly every step (dynamo's limit of 8 at step 24, H200, 2026-12-03). The
+    mask tensors the compiled layers read are module state, whose shapes dynamo keeps static."""
+    if not (compiled or backend == "flex"):
+        return 0
+    return max(1, -(-TEXT_SLACK_PER_SAMPLE * int(samples) // TEXT_PAD_MULTIPLE)) * TEXT_PAD_MULTIPLE
 
 
 def install_packed_attention(model, backend: str = "sdpa") -> PackedAttention:

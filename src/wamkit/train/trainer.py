@@ -115,7 +115,7 @@ class Trainer:
         backend = context_parallel_backend(cfg.model.attention, backend, dims.cp)
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
-            backend, mode=cfg.model.mode, mode_weights=cfg.model.mode_weights, text_multiple=training_text_multiple(cfg.parallel.compile, backend),
+            backend, mode=cfg.model.mode, mode_weights=cfg.model.mode_weights, text_multiple=training_text_multiple(cfg.parallel.compile, backend, cfg.trainer.samples_per_step),
         )
         if dims.cp > 1:
             self.objective.processor = enable_context_parallel(self.model, self.objective.processor, self.mesh["cp"].get_group())
