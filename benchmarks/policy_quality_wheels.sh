@@ -49,14 +49,17 @@ APT=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/t
 apt-get "${APT[@]}" update >/dev/null
 (cd .gl && apt-get "${APT[@]}" download "${GL_DEBS[@]}")
 
-# .whl_p1: what mt10_device.sh PHASE=1 installs (no LeRobot, no serving packages), hard links into the two
-# above, for when the working tree has grown too big for all three: carry [".whl_p1", ".gl"], WHEEL_DIRS=.whl_p1
-rm -rf .whl_p1 && mkdir .whl_p1
+# .whl_p1 / .whl_p2: what mt10_device.sh PHASE=1 / PHASE=2 install, hard links into the two above, now that the
+# working tree (7 MiB) leaves too little of the 64 MiB carry for all three folders: PHASE=1 needs no LeRobot and
+# no serving packages (carry [".whl_p1", ".gl"], WHEEL_DIRS=.whl_p1); PHASE=2 no diffusers (wamkit imports it
+# lazily; carry [".whl_p2", ".gl"], WHEEL_DIRS=.whl_p2)
+rm -rf .whl_p1 .whl_p2 && mkdir .whl_p1 .whl_p2
 for f in .whl/av-* .whl/diffusers-* .whl/importlib_metadata-* .whl_sim/farama* .whl_sim/glfw* .whl_sim/gymnasium* \
          .whl_sim/metaworld* .whl_sim/mujoco* .whl_sim/pyopengl* .whl_sim/PyOpenGL*; do
   [ -e "$f" ] && ln "$f" .whl_p1/
 done
-for dir in .whl .whl_sim .whl_p1 .gl; do
+for f in .whl/av-* .whl/importlib_metadata-* .whl_sim/*.whl; do ln "$f" .whl_p2/; done
+for dir in .whl .whl_sim .whl_p1 .whl_p2 .gl; do
   echo "$dir: $(du -sh "$dir" | cut -f1)"
 done
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
