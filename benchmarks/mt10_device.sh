@@ -65,7 +65,7 @@
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
 # Everything comes back under $OUT: logs, results.json and reports (mt10_phase<N>.tgz), the plot.
 set -uo pipefail
-PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
+PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -181,6 +181,30 @@ phase2() {
   grep -h "success\|failed\|not run" "$OUT"/pq_*.log | tail -6
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
     eval/diffusion/table.md 2>/dev/null
+}
+
+phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
+  # VARIANTS="name:--set a=b --set c=d;name2:..." (default below). They share the GPU and the host as the policy and
+  # the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
+  record
+  local variants=${VARIANTS:-"base:;video01:--set diffusion.video_loss_weight=0.1;b64:--set trainer.samples_per_step=64 --set optimizer.lr=5e-4"}
+  local names=() spec name args batch iters
+  IFS=';' read -r -a specs <<< "$variants"
+  stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s box"
+  for spec in "${specs[@]}"; do
+    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; names+=("$name")
+    batch=$BATCH; [[ " ${args[*]} " =~ samples_per_step=([0-9]+) ]] && batch=${BASH_REMATCH[1]}
+    iters=$(( SPS * (TRAIN_S - COMPILE_S) / batch / ${#specs[@]} )); (( iters < 2 )) && iters=2
+    train metaworld_mt10 "$name" "$iters" $(( iters / 3 > 0 ? iters / 3 : 1 )) --set trainer.samples_per_step="$batch" "${POLICY_SET[@]}" "${args[@]}" &
+  done
+  wait
+  for name in "${names[@]}"; do
+    grep -h "train rc" "$OUT/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
+    stamp "closed loop: $name at $EPISODES/task"
+    wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
+      --device "$DEVICE" --out "$EV/$name" > "$OUT/eval_$name.log" 2>&1 || tail -5 "$OUT/eval_$name.log"
+    echo "$name: $(grep -h "average of" "$OUT/eval_$name.log")"
+  done
 }
 
 phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing line), a short policy on a small recording

@@ -13,6 +13,7 @@ keeps it out of git). Extra pieces it needs on a CPU machine:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,3 +77,10 @@ def ensure() -> Path:
 def run_writer(*args: str, timeout: float = 900) -> str:
     """Run tests/interop/lerobot_writer.py inside the LeRobot venv; its stdout's last line is JSON."""
     return _run([str(ensure()), str(WRITER), *args], f"lerobot_writer.py {args[0]}", timeout=timeout)
+
+
+def run_writer_batch(commands: list[list[str]], where: Path, timeout: float = 1800) -> str:
+    """Several lerobot_writer.py commands in one process of the LeRobot venv (one LeRobot import)."""
+    listing = where / "commands.json"
+    listing.write_text(json.dumps(commands))
+    return run_writer("batch", str(listing), timeout=timeout)

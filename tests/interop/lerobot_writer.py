@@ -3,6 +3,7 @@
     python lerobot_writer.py write OUT_ROOT --episodes 6 --length 24 --height 64 --width 96 [layout flags]
     python lerobot_writer.py read OUT_ROOT WINDOWS_JSON DUMP_DIR --chunk 8
     python lerobot_writer.py bench OUT_ROOT --chunk 8 --workers 2 --num 64
+    python lerobot_writer.py batch COMMANDS_JSON     (a list of the argument lists above, run in one process)
 
 `write` builds a LeRobot v3.0 dataset with LeRobot's own writer (LeRobotDataset.create / add_frame /
 save_episode / finalize): two cameras, tiny data/video file-size limits so episodes spread over several
@@ -185,7 +186,13 @@ def main(argv=None) -> None:
     b.add_argument("--workers", type=int, default=2)
     b.add_argument("--num", type=int, default=64)
     b.add_argument("--warmup", type=int, default=8)
+    many = sub.add_parser("batch", help="run the commands of a JSON list of argument lists in this one process")
+    many.add_argument("commands_json")
     args = p.parse_args(argv)
+    if args.cmd == "batch":  # importing LeRobot costs ~10 s a process: the interop fixtures write and read in one each
+        for command in json.loads(Path(args.commands_json).read_text()):
+            main(command)
+        return
     {"write": write, "read": read, "bench": bench}[args.cmd](args)
 
 

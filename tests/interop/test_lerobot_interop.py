@@ -56,19 +56,31 @@ def ffmpeg_window(ds: LeRobotV3Dataset, ep: int, start: int, cam: str) -> np.nda
     return np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)[first:first + CHUNK + 1]
 
 
-@pytest.fixture(scope="module", params=sorted(LAYOUTS))
-def lerobot_dump(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(request.param)
-    root = tmp / "ds"
-    lerobot_venv.run_writer("write", str(root), "--episodes", "6", "--length", "24", *LAYOUTS[request.param])
-    ds = LeRobotV3Dataset(root)
-    last = ds.episode_indices[-1]
-    # episode 1 (27 frames) switches task at frame 13 under --task-switch: windows on both sides
-    windows = [(0, 0), (1, 7), (1, 14), (2, 3), (3, 12), (4, 0), (last, ds.episode_length(last) - CHUNK - 1)]
-    (tmp / "windows.json").write_text(json.dumps(windows))
-    lerobot_venv.run_writer("read", str(root), str(tmp / "windows.json"), str(tmp / "dump"), "--chunk", str(CHUNK),
-                            *READ_FLAGS.get(request.param, []))
-    return request.param, root, windows, tmp / "dump"
+@pytest.fixture(scope="module")
+def lerobot_dumps(tmp_path_factory) -> dict:
+    """Every layout written by LeRobot's own writer, then windows of it read by LeRobot's own reader: all the
+    writes in one process of the LeRobot venv and all the reads in another (importing LeRobot costs ~10 s)."""
+    tmp = tmp_path_factory.mktemp("layouts")
+    lerobot_venv.run_writer_batch([["write", str(tmp / name / "ds"), "--episodes", "6", "--length", "24", *flags]
+                                   for name, flags in sorted(LAYOUTS.items())], tmp)
+    dumps, reads = {}, []
+    for name in sorted(LAYOUTS):
+        root = tmp / name / "ds"
+        ds = LeRobotV3Dataset(root)
+        last = ds.episode_indices[-1]
+        # episode 1 (27 frames) switches task at frame 13 under --task-switch: windows on both sides
+        windows = [(0, 0), (1, 7), (1, 14), (2, 3), (3, 12), (4, 0), (last, ds.episode_length(last) - CHUNK - 1)]
+        (tmp / name / "windows.json").write_text(json.dumps(windows))
+        reads.append(["read", str(root), str(tmp / name / "windows.json"), str(tmp / name / "dump"), "--chunk", str(CHUNK),
+                      *READ_FLAGS.get(name, [])])
+        dumps[name] = (name, root, windows, tmp / name / "dump")
+    lerobot_venv.run_writer_batch(reads, tmp)
+    return dumps
+
+
+@pytest.fixture(params=sorted(LAYOUTS))
+def lerobot_dump(request, lerobot_dumps):
+    return lerobot_dumps[request.param]
 
 
 def test_layout_is_what_it_claims(lerobot_dump):
