@@ -123,7 +123,11 @@ phase1() {
   record
   local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < CKPTS )) && iters=$CKPTS
   stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box) and world model ($WM_ITERS steps) side by side"
-  train metaworld_mt10 policy "$iters" $(( iters / CKPTS )) --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" &
+  # CKPTS checkpoints: two early ones (5% and 12.5% of the steps: policies of very different quality for the curve
+  # and the judge, which could not separate the last three of five evenly spaced ones) and CKPTS-2 evenly spaced
+  local early="[$(( iters / 20 > 0 ? iters / 20 : 1 )), $(( iters / 8 > 0 ? iters / 8 : 1 ))]"
+  train metaworld_mt10 policy "$iters" $(( iters / (CKPTS - 2) > 0 ? iters / (CKPTS - 2) : 1 )) --set trainer.samples_per_step="$BATCH" \
+    --set "checkpoint.save_steps=$early" "${POLICY_SET[@]}" &
   train metaworld_fd_mt10 wm "$WM_ITERS" $(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
   wait
   for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$OUT/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss

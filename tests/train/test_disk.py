@@ -65,3 +65,20 @@ def test_dry_run_prints_the_checkpoint_size_and_what_keep_last_holds(demo_root, 
     assert "keep_last = 0 keeps every checkpoint: 4 saves x " in keep_all
     keep_two = run_cli(["train", str(DEMO_RECIPE), *args, "--set", "checkpoint.keep_last=2", "--dry-run"]).stdout
     assert "keep_last = 2: 2 x " in keep_two and "while a save is written" in keep_two
+
+
+def test_save_steps_add_early_checkpoints_and_the_dry_run_counts_them(demo_root, tmp_path):
+    """checkpoint.save_steps saves at those steps as well as every save_iter (early policies for a
+    success-vs-step curve or a world-model judge); the dry run's disk count includes them."""
+    from tests.helpers import train_in_process
+    from wamkit.config.loader import load_experiment
+    from wamkit.errors import ConfigError
+
+    args = quick_overrides(demo_root, tmp_path, "early", 6, 3) + ["--set", "checkpoint.save_steps=[1, 3, 2]"]
+    train_in_process([str(DEMO_RECIPE), *args])
+    saved = sorted(p.name for p in (tmp_path / "early" / "checkpoints").glob("iter_*"))
+    assert saved == ["iter_000000001", "iter_000000002", "iter_000000003", "iter_000000006"]
+    assert disk.number_of_saves(6, 3, [1, 3, 2]) == 4 and disk.number_of_saves(6, 3) == 2
+    assert disk.saves_at(2, 6, 3, [2]) and not disk.saves_at(4, 6, 3, [2])
+    with pytest.raises(ConfigError, match="checkpoint.save_steps"):
+        load_experiment(str(DEMO_RECIPE), ["checkpoint.save_steps=[0, 5]"])

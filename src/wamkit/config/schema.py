@@ -232,6 +232,9 @@ class EMAConfig:
 @dataclass
 class CheckpointConfig:
     save_iter: int = 500
+    # extra steps to save at besides every save_iter (early checkpoints for a success-vs-step curve or a
+    # world-model judge that needs policies of very different quality)
+    save_steps: list[int] = field(default_factory=list)
     load_path: str = ""  # base weights for a fresh run: diffusers dir, reference safetensors, or wamkit iteration dir
     skip_action_heads: bool = False  # don't load action_proj_in/out + action_modality_embed from a foreign base
     keep_last: int = 0  # 0 -> keep all; never prunes the newest intact one, never counts damaged ones
@@ -383,6 +386,9 @@ class ExperimentConfig:
             raise ConfigError("parallel.prefetch_layers", f"{self.parallel.prefetch_layers} is negative", "use 0 (FSDP2's own prefetch) or N >= 1 layers")
         if self.checkpoint.save_iter <= 0:
             raise ConfigError("checkpoint.save_iter", "must be positive", "set it to max_iter to save once")
+        if any(int(step) <= 0 for step in self.checkpoint.save_steps):
+            raise ConfigError("checkpoint.save_steps", f"{self.checkpoint.save_steps} has a step below 1",
+                              "list positive training steps, e.g. [50, 150]")
         _choice("checkpoint.verify", self.checkpoint.verify, ("hash", "size"))
         _choice("checkpoint.on_damage", self.checkpoint.on_damage, ("error", "previous"))
         for name in ("keep_last", "resume_step"):

@@ -53,7 +53,7 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
 
     frozen_bytes = 0 if saves_trainable_only(cfg) else DTYPES[cfg.parallel.param_dtype].itemsize
     size = estimated_checkpoint_bytes(params["total"], params["trainable"], cfg.ema.enabled, frozen_bytes)
-    saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter)
+    saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter, cfg.checkpoint.save_steps)
     keep = cfg.checkpoint.keep_last
     frozen = params["total"] - params["trainable"]
     weights = (f"trainable weights fp32 {format_bytes(4 * params['trainable'])} + "

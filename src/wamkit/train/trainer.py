@@ -26,6 +26,7 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
                                         trainable_state)
 from wamkit.train import memory, step_profile, sync_check
+from wamkit.train.disk import saves_at
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
@@ -50,7 +51,7 @@ from wamkit.train.warmup import EncoderWarmup, warmup_clip_shape
 # reshards (docs/cluster.md).
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
-    "checkpoint.save_iter", "checkpoint.keep_last", "data.num_workers",
+    "checkpoint.save_iter", "checkpoint.save_steps", "checkpoint.keep_last", "data.num_workers",
     "checkpoint.verify", "checkpoint.on_damage", "checkpoint.resume_step",  # how checkpoints are checked and chosen
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
@@ -380,7 +381,7 @@ class Trainer:
             if not interval.steps:  # logging, validation and saves between intervals are not training time
                 interval.restart()
             upcoming = self.step + 1
-            saving = upcoming % self.cfg.checkpoint.save_iter == 0 or upcoming == cfg.max_iter
+            saving = saves_at(upcoming, cfg.max_iter, self.cfg.checkpoint.save_iter, self.cfg.checkpoint.save_steps)
             logged = saving or upcoming % cfg.log_every == 0
             synced = first or logged  # steps in between never wait for the GPU
             if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
