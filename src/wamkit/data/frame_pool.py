@@ -214,7 +214,7 @@ def _by_value(value):
 
 def _receive(name: tuple, nbytes: int, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
     """In the training process: the lent tensor, on a holder whose death clears the slot's lent mark. The
-    slot's memory is attached by name, once while any tensor over it lives (torch's shared_cache)."""
+    slot's memory is attached by name the first time it arrives and stays attached (`_Attached`)."""
     storage = _attached.get(name)
     if storage is None:
         storage = _attached.put(name, rebuild_storage_filename(torch.UntypedStorage, *name))
