@@ -52,9 +52,13 @@ def usable() -> bool:
     return proc.returncode == 0 and "ok" in proc.stdout
 
 
+_checked: list[Path] = []  # venvs this process has seen import LeRobot (a probe costs a LeRobot import, ~10 s)
+
+
 def ensure() -> Path:
     """Return the venv's python, building the venv first if it is missing or broken (a few minutes)."""
-    if usable():
+    if python() in _checked or usable():
+        _checked.append(python())
         return python()
     t0 = time.time()
     VENV.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +75,7 @@ def ensure() -> Path:
         raise LeRobotVenvError(f"{VENV} was built but LeRobot or torchcodec does not import:\n{proc.stderr[-3000:]}\n"
                                "torchcodec needs the system FFmpeg libraries: apt-get install -y ffmpeg")
     print(f"built {VENV} in {time.time() - t0:.0f}s", file=sys.stderr)
+    _checked.append(python())
     return python()
 
 
