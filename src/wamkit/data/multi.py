@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from wamkit.data.episode_frames import fits
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.data.selection import read_episode_field
 from wamkit.errors import DataError
@@ -127,7 +128,7 @@ class MultiDataset:
     def enable_frame_cache(self, budget_mb: float) -> bool:
         """LeRobotV3Dataset.enable_frame_cache over every part: on when all of them together fit."""
         total = self.decoded_video_bytes()
-        on = budget_mb > 0 and total <= budget_mb * 2**20
+        on = fits(total, budget_mb)
         for part in self.parts:
             part.enable_frame_cache(budget_mb * part.decoded_video_bytes() / max(total, 1) if on else 0)
         return on
