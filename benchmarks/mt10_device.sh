@@ -58,12 +58,13 @@
 # (6: CKPTS) by imagined closest approach to the recorded goal frame against their sim success
 # (`wamkit eval wm-policy --state recorded`); ACT and DP live in PHASE=2's processes and are not judged.
 # "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 that it shares (wamkit
-# with the world model, ACT with DP); wamkit's step count comes from SPS (assumed samples/s; the log
-# prints the measured one), ACT's and DP's from their own measured rate (policy_quality --train-seconds).
+# with the world model, ACT with DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s
+# (since the twelfth session; before, a guessed samples/s SPS sized them), ACT's and DP's by their own
+# measured rate (policy_quality --train-seconds).
 #
 # SMOKE=1: the same pipeline on this CPU box in ~10 minutes (2 tasks, 4 episodes, a few steps, tiny
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
-# Everything comes back under $OUT: logs, results.json and reports (mt10_phase<N>.tgz), the plot.
+# Everything comes back under $OUT: the logs (logs_phase<N>.tgz), results.json and reports (mt10_phase<N>.tgz), the plot.
 set -uo pipefail
 PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
@@ -71,8 +72,8 @@ if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
   PY=${PY:-.venv/bin/python}; OUT=${OUT:-/tmp/mt10_smoke/out$PHASE}; WORK=${WORK:-/tmp/mt10_smoke/work$PHASE}
   ENVS=${ENVS:-metaworld/reach-v3,metaworld/push-v3}; EPS=${EPS:-4}; W=${W:-2}; EPISODES=${EPISODES:-2}
-  CURVE_EPS=${CURVE_EPS:-1}; TRAIN_S=${TRAIN_S:-150}; SPS=${SPS:-6}; BATCH=${BATCH:-4}; WM_ITERS=${WM_ITERS:-2}
-  DEVICE=cpu; JUDGE_STEPS=${JUDGE_STEPS:-16}
+  CURVE_EPS=${CURVE_EPS:-1}; TRAIN_S=${TRAIN_S:-100}; WARM=${WARM:-2}; BATCH=${BATCH:-4}; WM_ITERS=${WM_ITERS:-2}
+  DEVICE=cpu; JUDGE_STEPS=${JUDGE_STEPS:-16}; SWEEP_WORKERS=${SWEEP_WORKERS:-0}
   SMALL=(--set model.preset=tiny --set parallel.compile=false --set parallel.param_dtype=float32 --set data.num_workers=0)
   POLICY_SET=("${SMALL[@]}" --set data.val_fraction=0.25); WM_SET=("${SMALL[@]}" --set model.attention=per_sample --set data.val_fraction=0.25 --set trainer.samples_per_step=2)
   PQ_SET=(--set data.val_fraction=0.25 --lerobot-lr 1e-4)
@@ -86,7 +87,7 @@ else
   export PYTHONPATH=/tmp/site:$PWD/src MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
   PY=python3; WORK=${WORK:-/tmp/mt10}
   ENVS=${ENVS:-metaworld/mt10}; EPS=${EPS:-50}; W=${W:-15}; EPISODES=${EPISODES:-50}; CURVE_EPS=${CURVE_EPS:-5}
-  TRAIN_S=${TRAIN_S:-270}; SPS=${SPS:-1100}; BATCH=${BATCH:-256}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
+  TRAIN_S=${TRAIN_S:-270}; WARM=${WARM:-100}; BATCH=${BATCH:-256}; WM_ITERS=${WM_ITERS:-1000}; DEVICE=cuda
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
@@ -95,56 +96,59 @@ fi
 # (a 16x16 latent: 64 tokens per latent frame instead of 256; the closed loop is ~70% policy time).
 read -r -a extra <<< "${POLICY_EXTRA:-}"; POLICY_SET+=("${extra[@]}")
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-COMPILE_S=${COMPILE_S:-60}; CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8
-mkdir -p "$OUT" "$WORK"; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
-rm -rf "$RUNS" "$EV"  # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept
+CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
+LOG=$WORK/logs; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
+mkdir -p "$OUT" "$WORK"
+rm -rf "$RUNS" "$EV" "$LOG"; mkdir -p "$LOG"  # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept
 T0=$(date +%s)
-stamp() { echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/stages.log"; }
+# the logs live in $LOG and come back as one archive ($OUT returns a few files only), packed after every stage
+pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
+stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
 record() {
   [ -f "$DATA/meta/info.json" ] && return
   stamp "record $ENVS x $EPS ($W workers)"
   wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$DATA" --seed 0 --resolution 64 \
-    > "$OUT/record.log" 2>&1 || { tail -20 "$OUT/record.log"; exit 1; }
-  tail -1 "$OUT/record.log"
+    > "$LOG/record.log" 2>&1 || { tail -20 "$LOG/record.log"; exit 1; }
+  tail -1 "$LOG/record.log"
 }
 
-train() {  # recipe job iters save_iter extra-args...: time-boxed to TRAIN_S (a late run keeps its last checkpoint)
-  local recipe=$1 job=$2 iters=$3 save=$4; shift 4
-  timeout "$TRAIN_S" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
-    --set job.name="$job" --set trainer.max_iter="$iters" --set checkpoint.save_iter="$save" --set trainer.val_every=0 \
-    --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$(( iters / 10 ))]" --device "$DEVICE" "$@" \
-    > "$OUT/train_$job.log" 2>&1
-  echo "train rc=$? (124: stopped at TRAIN_S)" >> "$OUT/train_$job.log"
+train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budget_s fits the steps and the schedule to them)
+  local recipe=$1 job=$2; shift 2
+  # the budget counts from the launch (imports included); the timeout is only a safety net
+  timeout "$(( TRAIN_S + 60 ))" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
+    --set job.name="$job" --set trainer.time_budget_s="$(( TRAIN_S - 5 ))" --set trainer.val_every=0 \
+    --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
+  echo "train rc=$? (124: killed by the safety timeout)" >> "$LOG/train_$job.log"
+  grep -h "time_budget_s" "$LOG/train_$job.log" | sed "s/^/$job: /"
 }
 
 phase1() {
   record
-  local iters=$(( SPS * (TRAIN_S - COMPILE_S) / BATCH )); (( iters < CKPTS )) && iters=$CKPTS
-  stamp "train policy ($iters steps x $BATCH, ${TRAIN_S} s box) and world model ($WM_ITERS steps) side by side"
-  # CKPTS checkpoints: two early ones (5% and 12.5% of the steps: policies of very different quality for the curve
-  # and the judge, which could not separate the last three of five evenly spaced ones) and CKPTS-2 evenly spaced
-  local early="[$(( iters / 20 > 0 ? iters / 20 : 1 )), $(( iters / 8 > 0 ? iters / 8 : 1 ))]"
-  train metaworld_mt10 policy "$iters" $(( iters / (CKPTS - 2) > 0 ? iters / (CKPTS - 2) : 1 )) --set trainer.samples_per_step="$BATCH" \
-    --set "checkpoint.save_steps=$early" "${POLICY_SET[@]}" &
-  train metaworld_fd_mt10 wm "$WM_ITERS" $(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
+  stamp "train policy (batch $BATCH) and world model ($WM_ITERS steps at most) side by side, ${TRAIN_S} s each"
+  # CKPTS checkpoints at fractions of the fitted run: two early ones (5% and 12.5%: policies of very different quality for
+  # the curve and the judge, which could not separate the last three of five evenly spaced ones), then evenly spaced
+  local fractions; fractions=$($PY -c "n = $CKPTS - 2; print([0.05, 0.125] + [round((i + 1) / n, 3) for i in range(n)])")
+  train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
+    --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
+  train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
   wait
-  for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$OUT/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
-  grep -h "samples/s\|first step\|train rc" "$OUT"/train_*.log | tail -8
-  for f in "$OUT"/metrics_*.jsonl; do [ -f "$f" ] && echo "$f: $(grep samples_per_s "$f" | tail -1)"; done
+  for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$LOG/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
+  grep -h "samples/s\|first step\|train rc" "$LOG"/train_*.log | tail -8
+  for f in "$LOG"/metrics_*.jsonl; do [ -f "$f" ] && echo "$f: $(grep samples_per_s "$f" | tail -1)"; done
   if [ "${GRAPH_CHECK:-0}" = 1 ]; then  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
     stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
-    $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$OUT/graph_check.log" 2>&1; tail -4 "$OUT/graph_check.log"
+    $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$LOG/graph_check.log" 2>&1; tail -4 "$LOG/graph_check.log"
   fi
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
-    --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$OUT/eval_curve.log" 2>&1 || tail -20 "$OUT/eval_curve.log"
+    --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
   pack1
   stamp "closed loop: the last checkpoint at $EPISODES/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-    --device "$DEVICE" --out "$EV/final" > "$OUT/eval_final.log" 2>&1 || tail -20 "$OUT/eval_final.log"
-  tail -1 "$OUT/eval_final.log"
+    --device "$DEVICE" --out "$EV/final" > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
+  tail -1 "$LOG/eval_final.log"
   pack1
   judge
   pack1
@@ -166,8 +170,8 @@ judge() {  # the world model ranks the checkpoints (policies and sim reports in 
   done
   stamp "judge: $wm ranks ${#policies[@]} checkpoints"
   wamkit eval wm-policy "$wm" --policies "${policies[@]}" --sim-reports "${reports[@]}" --state recorded \
-    --horizon $HORIZON --max-steps "$JUDGE_STEPS" --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge" > "$OUT/judge.log" 2>&1 || tail -20 "$OUT/judge.log"
-  tail -3 "$OUT/judge.log"
+    --horizon $HORIZON --max-steps "$JUDGE_STEPS" --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge" > "$LOG/judge.log" 2>&1 || tail -20 "$LOG/judge.log"
+  tail -3 "$LOG/judge.log"
 }
 
 phase2() {
@@ -178,11 +182,11 @@ phase2() {
     $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
       --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
       --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$half" --dp-scheduler DDIM \
-      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "${PQ_SET[@]}" > "$OUT/pq_$method.log" 2>&1 &
+      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
-  grep -h "success\|failed\|not run" "$OUT"/pq_*.log | tail -6
+  grep -h "success\|failed\|not run" "$LOG"/pq_*.log | tail -6
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
     eval/diffusion/table.md 2>/dev/null
 }
@@ -191,23 +195,22 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # VARIANTS="name:--set a=b --set c=d;name2:..." (default below). They share the GPU and the host as the policy and
   # the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   record
-  local variants=${VARIANTS:-"base:;video01:--set diffusion.video_loss_weight=0.1;b64:--set trainer.samples_per_step=64 --set optimizer.lr=5e-4"}
-  local names=() spec name args batch iters
+  local variants=${VARIANTS:-"base:;v01:--set diffusion.video_loss_weight=0.1;b64v01:--set trainer.samples_per_step=64 --set optimizer.lr=5e-4 --set diffusion.video_loss_weight=0.1;c8v01:--set data.chunk_length=8 --set diffusion.video_loss_weight=0.1"}
+  local names=() spec name args
   IFS=';' read -r -a specs <<< "$variants"
-  stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s box"
+  stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for spec in "${specs[@]}"; do
     name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; names+=("$name")
-    batch=$BATCH; [[ " ${args[*]} " =~ samples_per_step=([0-9]+) ]] && batch=${BASH_REMATCH[1]}
-    iters=$(( SPS * (TRAIN_S - COMPILE_S) / batch / ${#specs[@]} )); (( iters < 2 )) && iters=2
-    train metaworld_mt10 "$name" "$iters" $(( iters / 3 > 0 ? iters / 3 : 1 )) --set trainer.samples_per_step="$batch" "${POLICY_SET[@]}" "${args[@]}" &
+    train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
+      "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
   wait
   for name in "${names[@]}"; do
-    grep -h "train rc" "$OUT/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
+    grep -h "train rc" "$LOG/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
     stamp "closed loop: $name at $EPISODES/task"
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-      --device "$DEVICE" --out "$EV/$name" > "$OUT/eval_$name.log" 2>&1 || tail -5 "$OUT/eval_$name.log"
-    echo "$name: $(grep -h "average of" "$OUT/eval_$name.log")"
+      --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 || tail -5 "$LOG/eval_$name.log"
+    echo "$name: $(grep -h "average of" "$LOG/eval_$name.log")"
   done
 }
 
@@ -218,9 +221,10 @@ phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing li
   record
   local iters=${PROFILE_ITERS:-12}
   stamp "train policy ($iters steps x $BATCH, profile of ${PROFILE_STEPS:-2} warm steps, ${TRAIN_S} s box)"
-  WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=${PROFILE_STEPS:-2} train metaworld_mt10 policy "$iters" "$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
-  grep -h "samples/s\|first step\|memory:\|synchronised\|train rc" "$OUT"/train_policy.log | tail -6
-  sed -n '/profile of steps/,/top GPU kernels/p' "$OUT"/train_policy.log  # the step under torch.profiler (wamkit.train.step_profile)
+  WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=${PROFILE_STEPS:-2} train metaworld_mt10 policy --set trainer.max_iter="$iters" \
+    --set checkpoint.save_iter="$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
+  grep -h "samples/s\|first step\|memory:\|synchronised\|train rc" "$LOG"/train_policy.log | tail -6
+  sed -n '/profile of steps/,/top GPU kernels/p' "$LOG"/train_policy.log  # the step under torch.profiler (wamkit.train.step_profile)
   $PY - "$RUNS/policy/metrics.jsonl" <<'PYEOF'  # where a training step's time goes (median over the logged steps)
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])][1:]  # the first logged step carries the compile
@@ -232,16 +236,17 @@ if rows:
 PYEOF
   stamp "closed loop: $EPISODES/task, $W workers"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-    --device "$DEVICE" --out "$EV/final" > "$OUT/eval_final.log" 2>&1 || tail -20 "$OUT/eval_final.log"
-  grep -h "policy .* batched predicts\|average of" "$OUT/eval_final.log"
+    --device "$DEVICE" --out "$EV/final" > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
+  grep -h "policy .* batched predicts\|average of" "$LOG/eval_final.log"
   cp "$EV"/final/results.json "$OUT/" 2>/dev/null
   for b in ${PROFILE_BATCHES:-1 8 15}; do  # one predict taken apart: GPU busy share, top kernels, top host ops
     stamp "predict profile, batch $b"
     $PY benchmarks/serve_latency.py --export "$RUNS/policy" --device "$DEVICE" --image-size 64 --profile --profile-batch "$b" \
-      --requests 5 --warmup 2 > "$OUT/predict_profile_b$b.log" 2>&1 || tail -20 "$OUT/predict_profile_b$b.log"
-    grep -h -A6 "^| phase" "$OUT/predict_profile_b$b.log"; grep -h "GPU kernels" "$OUT/predict_profile_b$b.log"
+      --requests 5 --warmup 2 > "$LOG/predict_profile_b$b.log" 2>&1 || tail -20 "$LOG/predict_profile_b$b.log"
+    grep -h -A6 "^| phase" "$LOG/predict_profile_b$b.log"; grep -h "GPU kernels" "$LOG/predict_profile_b$b.log"
   done
 }
 
 "phase$PHASE"
 stamp "done"
+pack_logs

@@ -393,9 +393,10 @@ def _train(args) -> int:
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
         return _dry_run(cfg)
+    from wamkit.train.throughput import launched_at
     from wamkit.train.trainer import Trainer
 
-    summary = Trainer(cfg, device=args.device).train()
+    summary = Trainer(cfg, device=args.device, started=launched_at()).train()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
         print("[wamkit] done: " + json.dumps(summary, indent=2))
     return 0

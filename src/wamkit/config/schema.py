@@ -220,6 +220,10 @@ class TrainerConfig:
     val_every: int = 0  # 0 -> no in-loop validation
     val_samples: int = 16
     progress_bar: bool = True
+    # > 0: train for this many wall-clock seconds from launch instead of to max_iter (which stays the
+    # ceiling): the step rate is timed after the first steps and the run's last step and learning-rate
+    # schedule are fitted to the budget (wamkit.train.time_budget)
+    time_budget_s: float = 0.0
 
 
 @dataclass
@@ -235,6 +239,10 @@ class CheckpointConfig:
     # extra steps to save at besides every save_iter (early checkpoints for a success-vs-step curve or a
     # world-model judge that needs policies of very different quality)
     save_steps: list[int] = field(default_factory=list)
+    # extra saves at these fractions of the run's steps (in (0, 1]); with trainer.time_budget_s they follow
+    # the fitted last step, so a time-boxed run still saves early, middle and late checkpoints (a fraction
+    # that lands before the fit, in the first ~22 steps, is not saved)
+    save_fractions: list[float] = field(default_factory=list)
     load_path: str = ""  # base weights for a fresh run: diffusers dir, reference safetensors, or wamkit iteration dir
     skip_action_heads: bool = False  # don't load action_proj_in/out + action_modality_embed from a foreign base
     keep_last: int = 0  # 0 -> keep all; never prunes the newest intact one, never counts damaged ones
@@ -389,6 +397,12 @@ class ExperimentConfig:
         if any(int(step) <= 0 for step in self.checkpoint.save_steps):
             raise ConfigError("checkpoint.save_steps", f"{self.checkpoint.save_steps} has a step below 1",
                               "list positive training steps, e.g. [50, 150]")
+        if any(not 0 < float(f) <= 1 for f in self.checkpoint.save_fractions):
+            raise ConfigError("checkpoint.save_fractions", f"{self.checkpoint.save_fractions} has a value outside (0, 1]",
+                              "list fractions of the run's steps, e.g. [0.05, 0.25, 0.5]")
+        if self.trainer.time_budget_s < 0:
+            raise ConfigError("trainer.time_budget_s", f"is {self.trainer.time_budget_s}; it must be 0 (off) or positive",
+                              "--set trainer.time_budget_s=600 trains for ten minutes from launch")
         _choice("checkpoint.verify", self.checkpoint.verify, ("hash", "size"))
         _choice("checkpoint.on_damage", self.checkpoint.on_damage, ("error", "previous"))
         for name in ("keep_last", "resume_step"):

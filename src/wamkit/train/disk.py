@@ -73,13 +73,18 @@ def format_bytes(n: float) -> str:
     raise AssertionError
 
 
+def extra_save_steps(max_iter: int, save_steps=(), save_fractions=()) -> set[int]:
+    """checkpoint.save_steps and checkpoint.save_fractions (of max_iter) as training steps."""
+    return {int(s) for s in save_steps} | {max(1, round(float(f) * max_iter)) for f in save_fractions}
+
+
 def number_of_saves(max_iter: int, save_iter: int, save_steps=()) -> int:
     """Saves over a run: every save_iter steps, plus one at max_iter when it is not a multiple, plus the
-    extra `save_steps` that none of those cover."""
+    extra `save_steps` (extra_save_steps) that none of those cover."""
     extra = {int(s) for s in save_steps if 0 < int(s) < max_iter and int(s) % save_iter}
     return -(-max_iter // save_iter) + len(extra)
 
 
 def saves_at(step: int, max_iter: int, save_iter: int, save_steps=()) -> bool:
     """Whether a run saves after training step `step` (1-based)."""
-    return step % save_iter == 0 or step == max_iter or step in {int(s) for s in save_steps}
+    return step % save_iter == 0 or step == max_iter or step in set(save_steps)

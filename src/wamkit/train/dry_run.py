@@ -10,7 +10,7 @@ from wamkit.bimanual.bundle import is_bundle, open_bundle
 from wamkit.data.multi import is_multi_root
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
-from wamkit.train.disk import estimated_checkpoint_bytes, format_bytes, number_of_saves, required_bytes
+from wamkit.train.disk import estimated_checkpoint_bytes, extra_save_steps, format_bytes, number_of_saves, required_bytes
 from wamkit.train.memory import token_counts
 from wamkit.model.tokenizer import PIXEL_TOKENIZERS
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
@@ -53,7 +53,8 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
 
     frozen_bytes = 0 if saves_trainable_only(cfg) else DTYPES[cfg.parallel.param_dtype].itemsize
     size = estimated_checkpoint_bytes(params["total"], params["trainable"], cfg.ema.enabled, frozen_bytes)
-    saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter, cfg.checkpoint.save_steps)
+    saves = number_of_saves(cfg.trainer.max_iter, cfg.checkpoint.save_iter,
+                            extra_save_steps(cfg.trainer.max_iter, cfg.checkpoint.save_steps, cfg.checkpoint.save_fractions))
     keep = cfg.checkpoint.keep_last
     frozen = params["total"] - params["trainable"]
     weights = (f"trainable weights fp32 {format_bytes(4 * params['trainable'])} + "

@@ -26,7 +26,7 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
                                         trainable_state)
 from wamkit.train import memory, step_profile, sync_check
-from wamkit.train.disk import saves_at
+from wamkit.train.disk import extra_save_steps, saves_at
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
@@ -40,9 +40,12 @@ from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, b
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import StartupTimeline, StepInterval, Throughput, seconds_since_launch
+from wamkit.train.time_budget import TimeBudget
 from wamkit.train.tracking import check_wandb, start_wandb
 from wamkit.train.warmup import EncoderWarmup, warmup_clip_shape
 
+
+FITTED_KEY = "fitted_max_iter"  # checkpoint metadata: the last step trainer.time_budget_s chose
 
 # Knobs that may change when a run name is relaunched: how long, how often, how loud, and how the
 # ranks are arranged. A run relaunched on fewer nodes after one died sets the replicate degree to the
@@ -51,7 +54,8 @@ from wamkit.train.warmup import EncoderWarmup, warmup_clip_shape
 # reshards (docs/cluster.md).
 RESUMABLE_KNOBS = {
     "trainer.max_iter", "trainer.log_every", "trainer.val_every", "trainer.val_samples", "trainer.progress_bar",
-    "checkpoint.save_iter", "checkpoint.save_steps", "checkpoint.keep_last", "data.num_workers",
+    "checkpoint.save_iter", "checkpoint.save_steps", "checkpoint.save_fractions", "checkpoint.keep_last", "data.num_workers",
+    "trainer.time_budget_s",
     "checkpoint.verify", "checkpoint.on_damage", "checkpoint.resume_step",  # how checkpoints are checked and chosen
     "parallel.context_parallel_degree",  # how a step is split across GPUs, not what it computes
     "logging.wandb", "logging.project", "logging.group", "logging.run_name",
@@ -71,9 +75,12 @@ class Trainer:
     """`device`: see wamkit.device.resolve_device (auto = the rank's GPU when there is one). Every
     module of the run -- transformer, tokenizer, EMA, noise, loss targets -- lives there."""
 
-    def __init__(self, cfg, device: str = "auto"):
+    def __init__(self, cfg, device: str = "auto", started: float | None = None):
+        """`started`: the time.perf_counter() value trainer.time_budget_s counts from (`wamkit train`
+        passes its process's launch; by default, this construction)."""
         self.cfg = cfg
         self.timeline = StartupTimeline()
+        self.started = time.perf_counter() if started is None else started
         self.ctx = init_distributed(device)
         if self.ctx.is_main:
             check_wandb(cfg)  # a missing package or login fails now, not after the model is built
@@ -130,6 +137,7 @@ class Trainer:
         self.step = 0
         self.consumed = 0  # samples consumed by all ranks: the data position
         self.timer = StepTimer(self.device)
+        self.fitted = False  # trainer.max_iter fitted to trainer.time_budget_s (kept in the checkpoints)
 
     def _start_encoder_warmup(self) -> EncoderWarmup | None:
         """On a GPU, compile the VAE encoder (model.compile_vae) and start its warm-up on the clip
@@ -267,6 +275,9 @@ class Trainer:
         elif self.trainable_only:  # written before LoRA checkpoints left the base out: it holds every weight
             state["model"] = self.model.state_dict()
         ckpt.load_checkpoint(latest, state, verify=None)  # verified by resume_point
+        fitted = ckpt.read_marker(latest).get(FITTED_KEY)
+        if fitted is not None and self.cfg.trainer.time_budget_s > 0:  # the first launch's fit (its schedule came back with the scheduler)
+            self.cfg.trainer.max_iter, self.fitted = min(int(fitted), self.cfg.trainer.max_iter), True
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.ema is not None:
@@ -297,7 +308,8 @@ class Trainer:
 
     def save(self) -> Path:
         metadata = {"data_contract": self.data.contract, "world_size": self.ctx.world_size,
-                    **({BASE_KEY: self.base} if self.trainable_only else {})}
+                    **({BASE_KEY: self.base} if self.trainable_only else {}),
+                    **({FITTED_KEY: self.cfg.trainer.max_iter} if self.fitted else {})}
         path = ckpt.save_checkpoint(self.checkpoints_dir, self.step, self.state(), metadata, self.ctx, self.cfg.checkpoint.verify)
         if self.ctx.is_main:
             ckpt.prune_checkpoints(self.checkpoints_dir, self.cfg.checkpoint.keep_last)
@@ -377,11 +389,14 @@ class Trainer:
         # WAMKIT_PROFILE_STEPS: warm steps under torch.profiler, after the first (compile) and the sync check's
         profiler = step_profile.StepProfile(step_profile.requested_steps() if main else 0, self.device, self.local_dir)
         interval = StepInterval()  # the steps since the last synchronised one: their rates are measured together
+        budget = self._time_budget()
         while self.step < cfg.max_iter:
             if not interval.steps:  # logging, validation and saves between intervals are not training time
                 interval.restart()
             upcoming = self.step + 1
-            saving = saves_at(upcoming, cfg.max_iter, self.cfg.checkpoint.save_iter, self.cfg.checkpoint.save_steps)
+            out_of_time = budget is not None and upcoming < cfg.max_iter and budget.spent_before(upcoming, cfg.log_every)
+            saving = out_of_time or saves_at(upcoming, cfg.max_iter, self.cfg.checkpoint.save_iter,
+                                             extra_save_steps(cfg.max_iter, self.cfg.checkpoint.save_steps, self.cfg.checkpoint.save_fractions))
             logged = saving or upcoming % cfg.log_every == 0
             synced = first or logged  # steps in between never wait for the GPU
             if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
@@ -396,6 +411,9 @@ class Trainer:
                 record = self.train_step(stream, read_timer=synced)
                 profiler.end(upcoming, last=upcoming == cfg.max_iter)
             self.step += 1
+            fitted = budget.after_step(self.step) if budget is not None and not self.fitted else None
+            if fitted is not None:
+                self._fit_to_budget(fitted, bar, budget)
             interval.add(record)
             if synced:  # the step timer's read waited for the GPU: the wall clock covers the interval's work
                 record.update(throughput.measure(interval.work(), interval.seconds(),
@@ -424,6 +442,34 @@ class Trainer:
                 self._publish_logs(logger)
                 maybe_kill(KILL_AFTER_SAVE, self.step)
             bar.update(1)
+            if out_of_time:
+                if main:
+                    print(f"[wamkit] trainer.time_budget_s {cfg.time_budget_s:g} s spent at step {self.step}, before the "
+                          f"planned {cfg.max_iter} (steps slower than when timed, or a startup that ate the budget before "
+                          "the fit); saved and stopped", flush=True)
+                break
+
+    def _time_budget(self) -> TimeBudget | None:
+        """trainer.time_budget_s's clock for this launch (a resumed run keeps the first launch's fit)."""
+        if self.cfg.trainer.time_budget_s <= 0:
+            return None
+        agree = lambda value: -all_reduce_min(-value, self.ctx)  # noqa: E731  (the largest over the ranks)
+        clock = lambda: time.perf_counter() - self.started  # noqa: E731
+        return TimeBudget(self.cfg.trainer.time_budget_s, self.cfg.trainer.max_iter, self.step, clock, agree, self.device,
+                          distributed=self.ctx.distributed)
+
+    def _fit_to_budget(self, last_step: int, bar, budget: TimeBudget) -> None:
+        """End the run at `last_step` and stretch or shrink the learning-rate schedule to it."""
+        cfg = self.cfg.trainer
+        ceiling, cfg.max_iter, self.fitted = cfg.max_iter, last_step, True
+        schedule = build_schedule(self.cfg.scheduler, last_step)
+        self.scheduler.lr_lambdas = [schedule] * len(self.scheduler.lr_lambdas)
+        if hasattr(bar, "total"):
+            bar.total = last_step
+        if self.ctx.is_main:
+            print(f"[wamkit] trainer.time_budget_s {cfg.time_budget_s:g} s: {budget.seconds_per_step:.3f} s a step at "
+                  f"{budget.elapsed_s:.0f} s into the budget, so training to step {last_step} (trainer.max_iter {ceiling} "
+                  "is the ceiling), the learning-rate schedule fitted to it", flush=True)
 
     def _publish_logs(self, logger) -> None:
         """A run in an object store gets its metrics.jsonl and TensorBoard files beside each

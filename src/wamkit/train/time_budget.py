@@ -1,0 +1,67 @@
+"""`trainer.time_budget_s`: a run sized by wall-clock time instead of a step count.
+
+Users with a fixed GPU allocation, and benchmarks that compare methods "with the same GPU time", know
+seconds, not steps. A step count guessed from an assumed rate either ends early or runs past the box:
+killed mid-schedule, the learning rate never decays and the last checkpoint is an early one. The
+budget counts from the launch of `wamkit train` (imports, data, model build, compile and the first
+steps included; a Trainer built in a running process counts from its construction). After the
+first WARM_STEPS steps (compile), the loop times CALIBRATION_STEPS steps with the GPU synchronised at
+both ends, then fixes the run's last step to what fits the rest of the budget (`trainer.max_iter`
+stays the ceiling) and rebuilds the learning-rate schedule for it. The fitted step is kept in the
+checkpoint, so a resumed run ends where the first launch planned. Should steps slow down later (a
+busier host), or the startup eat the budget before the fit, the first step that starts past the
+budget is the run's last, with a save (under several ranks it is asked every trainer.log_every steps,
+when the ranks agree on the time)."""
+
+from __future__ import annotations
+
+import torch
+
+WARM_STEPS = 2  # the first steps compile (one graph per layer shape, a second for a later shape)
+CALIBRATION_STEPS = 20
+SAFETY = 0.97  # logging, saves and the final checkpoint share the budget with the steps
+
+
+def fit_steps(budget_s: float, elapsed_s: float, seconds_per_step: float, done: int, ceiling: int) -> int:
+    """The last step of a run that has `done` steps behind it after `elapsed_s` of its budget."""
+    remaining = budget_s * SAFETY - elapsed_s
+    return max(done + 1, min(ceiling, done + int(remaining / max(seconds_per_step, 1e-9))))
+
+
+class TimeBudget:
+    """Calibrates the step rate once per launch and says when the budget is spent.
+
+    `clock` is the seconds spent of the budget (since the trainer was built); `agree` turns a
+    rank's number into the one every rank uses (the largest), so all ranks stop at the same step."""
+
+    def __init__(self, budget_s: float, ceiling: int, start_step: int, clock, agree, device: torch.device,
+                 distributed: bool = False):
+        self.budget_s, self.ceiling, self.clock, self.agree, self.device = float(budget_s), int(ceiling), clock, agree, device
+        self.distributed = distributed
+        self.begin = start_step + WARM_STEPS
+        self.end = self.begin + CALIBRATION_STEPS
+        self._t0 = 0.0
+        self.seconds_per_step, self.elapsed_s = float("nan"), float("nan")  # what the fit saw, for its log line
+
+    def _sync_time(self) -> float:
+        if self.device.type == "cuda":  # the queued steps are done: the clock covers their work
+            torch.cuda.synchronize(self.device)
+        return self.clock()
+
+    def after_step(self, step: int) -> int | None:
+        """Call after every step (1-based count done): the fitted last step once, at the end of the
+        calibration window, else None. A run that ends before the window closes keeps its ceiling."""
+        if step == self.begin:
+            self._t0 = self._sync_time()
+        elif step == self.end:
+            self.seconds_per_step = self.agree((self._sync_time() - self._t0) / CALIBRATION_STEPS)
+            self.elapsed_s = self.agree(self.clock())
+            return fit_steps(self.budget_s, self.elapsed_s, self.seconds_per_step, step, self.ceiling)
+        return None
+
+    def spent_before(self, step: int, every: int) -> bool:
+        """Whether the budget is gone as step `step` starts. One process asks its clock every step (no
+        GPU sync); several ranks agree on the time every `every` steps only (a collective)."""
+        if self.distributed and step % every:
+            return False
+        return self.agree(self.clock()) >= self.budget_s
