@@ -7,6 +7,9 @@ import logging
 import json
 import os
 import sys
+import time
+
+STARTED = time.perf_counter()  # the command's start, before torch is imported: trainer.time_budget_s counts from here
 
 # Before torch starts CUDA: expandable segments keep fragmentation from turning a run whose peak fits
 # into an out-of-memory one (packed lengths change every step). A user's own setting wins.
@@ -393,10 +396,9 @@ def _train(args) -> int:
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
         return _dry_run(cfg)
-    from wamkit.train.throughput import launched_at
     from wamkit.train.trainer import Trainer
 
-    summary = Trainer(cfg, device=args.device, started=launched_at()).train()
+    summary = Trainer(cfg, device=args.device, started=STARTED).train()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
         print("[wamkit] done: " + json.dumps(summary, indent=2))
     return 0

@@ -4,7 +4,6 @@ count that keeps rising after warm-up means recompiles)."""
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -68,12 +67,6 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-
-
-def launched_at() -> float:
-    """This process's launch on the time.perf_counter() clock (now, where the age cannot be read)."""
-    age = seconds_since_launch()
-    return time.perf_counter() - (age if math.isfinite(age) else 0.0)
 
 
 def seconds_since_launch() -> float:
