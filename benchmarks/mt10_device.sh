@@ -8,49 +8,26 @@
 #   run("WHEEL_DIRS=.whl_p2 PHASE=2 bash benchmarks/mt10_device.sh", carry=[".whl_p2", ".gl"], timeout_s=600)
 #   python benchmarks/mt10_report.py PHASE1_FILES_AT PHASE2_FILES_AT --out benchmarks/mt10   (here, on the CPU)
 #
-# A machine does not stay warm between calls (30 s), and checkpoints (~100 MB) cannot come back, so each
-# phase records the data again (same seeds, same renderer: the same dataset) and trains, evaluates and
-# judges what it needs in one call. Budget per call, minutes (16 cores, one H200; * = an estimate, the
-# logs time every stage so the next call can be re-sized with the variables below):
+# A machine stays warm only 30 s between calls, and checkpoints (~100 MB) cannot come back, so each phase
+# records the data again (same seeds, same renderer: the same dataset) and trains, evaluates and judges what
+# it needs in one call. Budget per call, seconds, MEASURED on one H200 (benchmarks/RESULTS.md, issue 26
+# sections; the logs time every stage):
 #
-#   stage                      PHASE=1 (wamkit + judge)                  PHASE=2 (ACT + DP)
-#   install wheels, GL         0.3                                       0.3
-#   record 10 x 50 episodes    1.3* (15 workers; 7.6 CPU-min serial)     1.3*
-#   train                      TRAIN_S=270 s: policy and world model     TRAIN_S=270 s: ACT and DP side by side
-#                              side by side (compile ~50 s included)
-#   closed loop, seed 1000     final: 50/task (500 episodes), curve:     ACT, DP: 50/task each (1000)  ~2.2*
-#                              every checkpoint at 10/task (600) ~2.5*
-#   world-model judge          6 checkpoints x ~20 held-out episodes ~0.8*
-#   total                      ~9.4 (10 max)                             ~8.3
+#   stage                      PHASE=1 (wamkit + judge)                       PHASE=2 (ACT + DP)
+#   install wheels, GL         ~20                                            ~20
+#   record 10 x 50 episodes    28 (15 workers; 7.6 CPU-min serial)            28
+#   train                      TRAIN_S=270: policy and world model side by    TRAIN_S=270: ACT and DP side by side
+#                              side, each trainer.time_budget_s (the steps
+#                              and the LR schedule fitted to the box)
+#   closed loop, seed 1000     curve: CKPTS=6 checkpoints x 5/task ~100;      ACT, DP: 50/task each ~120
+#                              final: 50/task (500 episodes) ~120
+#   world-model judge          6 checkpoints ~70
+#   total                      ~600 (cut TRAIN_S or CURVE_EPS if a stage grows)  ~440
 #
-# MEASURED on one H200 (2026-12-01, benchmarks/RESULTS.md "Issue 26: MT10 on one H200"): record 27.5 s;
-# the policy reached 218-435 steps x 64 in the 220 s after its first step (63-127 samples/s beside the
-# world model; SPS was 400, so its schedule of 1312 steps ran to 17-33% and it saved one checkpoint);
-# wamkit closed loop ~1.45 s per episode on 15 workers (100 episodes 165 s, compile included), ~8x the
-# estimate above, so PHASE=1 was cut at 600 s in the final 50/task evaluation and the judge did not run.
-# ACT and DP evaluate at ~4.7 and ~2.4 episodes/s on 7 workers each.
-# Changed since, not yet measured on the GPU: the workers render once per executed chunk instead of every
-# env step (7.5 -> 1.5 ms a step on the CPU box), the policy's predict replays its whole forward as one
-# CUDA graph (ForwardGraphs), pack_samples is ~5x cheaper on the host, and PHASE=profile prints the
-# training step under torch.profiler (WAMKIT_PROFILE_STEPS). Run PHASE=profile first to re-size TRAIN_S/SPS.
-# Since the eighth session the closed loop's policy computes in bf16 (the run's compute dtype, `--dtype auto`):
-# before, a run's checkpoint evaluated in full fp32, and its predicts (531 ms at mean batch 6.4) were likely
-# bound by fp32 matmuls, not latency. bf16 also moves the policy from per_sample to flex attention; if the
-# closed loop fails there, `--dtype float32` in the eval sim lines goes back. MEASURED (eighth session,
-# PHASE=profile, 90 s box): the step at batch 64 is 543 ms (477 forward + backward), 118 samples/s.
-# MEASURED (ninth session, PHASE=profile, main 08413df): 332 ms a step, 193 samples/s, and host-bound: the GPU is
-# busy 97 ms of it (factor 2; 58 ms at factor 4, whose step is no faster), ~12,000 ops a step, ~190 a sample.
-# The bf16 closed loop (flex attention) works. Since then, not yet measured on the GPU: same-shaped samples train
-# as stacked tensors and one merged pack (~190 -> ~91 ops a sample on the CPU, ~5 of them kernel launches), so
-# run PHASE=profile first and set SPS from its samples/s before PHASE=1.
-# MEASURED (tenth session, 2026-12-03): the stacked step trains at 290-320 samples/s beside the world model, 519
-# alone (SPS=260 finished its 853 steps inside the 270 s box; SPS now defaults to 300). Success at 20 episodes a
-# task: wamkit 0.355, ACT 0.60, DP 0.595 (benchmarks/RESULTS.md). wamkit's closed loop: 200 episodes in 104 s, of
-# which 148 CUDA graph captures (each task mix a new layout) take a large share.
-# MEASURED (eleventh session, 2026-12-03, lossless 8x8 tokens, batch 256): record 28 s; the policy did 600 of the
-# 902 steps SPS=1100 planned (650-841 samples/s, data-bound: 0.12 s a step waiting for windows, fixed since, not
-# yet re-measured); graph check 47 s; curve (4 checkpoints x 5/task) 82 s; final 500 episodes 119 s (96.5 s in the
-# loop, 32 graph captures); judge ~66 s: 617 s in all, so the call was cut in the judge. 0.374 at 50/task.
+# PHASE=sweep trains recipe variants (VARIANTS) side by side for TRAIN_S each and evaluates each at
+# EPISODES/task: which knob to carry into PHASE=1. PHASE=profile takes the training step and the closed loop
+# apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
+#
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
@@ -120,7 +97,7 @@ train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budg
   timeout "$(( TRAIN_S + 60 ))" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
     --set job.name="$job" --set trainer.time_budget_s="$(( TRAIN_S - 5 ))" --set trainer.val_every=0 \
     --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
-  echo "train rc=$? (124: killed by the safety timeout)" >> "$LOG/train_$job.log"
+  echo "train rc=$? (124 = killed by the safety timeout)" >> "$LOG/train_$job.log"
   grep -h "time_budget_s" "$LOG/train_$job.log" | sed "s/^/$job: /"
 }
 
