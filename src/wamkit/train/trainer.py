@@ -411,7 +411,7 @@ class Trainer:
                 record = self.train_step(stream, read_timer=synced)
                 profiler.end(upcoming, last=upcoming == cfg.max_iter)
             self.step += 1
-            fitted = budget.after_step(self.step) if budget is not None and not self.fitted else None
+            fitted = budget.after_step(self.step) if budget is not None else None
             if fitted is not None:
                 self._fit_to_budget(fitted, bar, budget)
             interval.add(record)
@@ -456,18 +456,18 @@ class Trainer:
         agree = lambda value: -all_reduce_min(-value, self.ctx)  # noqa: E731  (the largest over the ranks)
         clock = lambda: time.perf_counter() - self.started  # noqa: E731
         return TimeBudget(self.cfg.trainer.time_budget_s, self.cfg.trainer.max_iter, self.step, clock, agree, self.device,
-                          distributed=self.ctx.distributed)
+                          distributed=self.ctx.distributed, calibrate=not self.fitted)  # a resumed run keeps its fit
 
     def _fit_to_budget(self, last_step: int, bar, budget: TimeBudget) -> None:
         """End the run at `last_step` and stretch or shrink the learning-rate schedule to it."""
         cfg = self.cfg.trainer
-        ceiling, cfg.max_iter, self.fitted = cfg.max_iter, last_step, True
+        ceiling, cfg.max_iter, self.fitted = budget.ceiling, last_step, True
         schedule = build_schedule(self.cfg.scheduler, last_step)
         self.scheduler.lr_lambdas = [schedule] * len(self.scheduler.lr_lambdas)
         if hasattr(bar, "total"):
             bar.total = last_step
         if self.ctx.is_main:
-            print(f"[wamkit] trainer.time_budget_s {cfg.time_budget_s:g} s: {budget.seconds_per_step:.3f} s a step at "
+            print(f"[wamkit] trainer.time_budget_s {cfg.time_budget_s:g} s: {budget.seconds_per_step:.3f} s a step at step {self.step}, "
                   f"{budget.elapsed_s:.0f} s into the budget, so training to step {last_step} (trainer.max_iter {ceiling} "
                   "is the ceiling), the learning-rate schedule fitted to it", flush=True)
 
