@@ -34,9 +34,9 @@ def fit_steps(budget_s: float, elapsed_s: float, seconds_per_step: float, done: 
 
 
 class TimeBudget:
-    """Calibrates the step rate once per launch and says when the budget is spent.
+    """Times the step rate (once, then again at REFIT_AT of the fitted run) and says when the budget is spent.
 
-    `clock` is the seconds spent of the budget (since the trainer was built); `agree` turns a
+    `clock` is the seconds spent of the budget (since the launch); `agree` turns a
     rank's number into the one every rank uses (the largest), so all ranks stop at the same step."""
 
     def __init__(self, budget_s: float, ceiling: int, start_step: int, clock, agree, device: torch.device,
@@ -56,8 +56,8 @@ class TimeBudget:
         return self.clock()
 
     def after_step(self, step: int) -> int | None:
-        """Call after every step (1-based count done): the fitted last step once, at the end of the
-        calibration window, else None. A run that ends before the window closes keeps its ceiling."""
+        """Call after every step (1-based count done): the fitted last step at the end of the calibration
+        window and at a refit that moves it, else None. A run that ends before the window closes keeps its ceiling."""
         if step == self.begin:
             self._t0, self._from_step = self._sync_time(), step
         elif step == self.end or step in self._refits:

@@ -390,13 +390,13 @@ class Trainer:
         profiler = step_profile.StepProfile(step_profile.requested_steps() if main else 0, self.device, self.local_dir)
         interval = StepInterval()  # the steps since the last synchronised one: their rates are measured together
         budget = self._time_budget()
+        extra_saves = self._extra_saves()  # again whenever the budget refits max_iter
         while self.step < cfg.max_iter:
             if not interval.steps:  # logging, validation and saves between intervals are not training time
                 interval.restart()
             upcoming = self.step + 1
             out_of_time = budget is not None and upcoming < cfg.max_iter and budget.spent_before(upcoming, cfg.log_every)
-            saving = out_of_time or saves_at(upcoming, cfg.max_iter, self.cfg.checkpoint.save_iter,
-                                             extra_save_steps(cfg.max_iter, self.cfg.checkpoint.save_steps, self.cfg.checkpoint.save_fractions))
+            saving = out_of_time or saves_at(upcoming, cfg.max_iter, self.cfg.checkpoint.save_iter, extra_saves)
             logged = saving or upcoming % cfg.log_every == 0
             synced = first or logged  # steps in between never wait for the GPU
             if check_syncs and not first:  # this process's second step: compiled, warm, not a log step's read-back
@@ -414,6 +414,7 @@ class Trainer:
             fitted = budget.after_step(self.step) if budget is not None else None
             if fitted is not None:
                 self._fit_to_budget(fitted, bar, budget)
+                extra_saves = self._extra_saves()
             interval.add(record)
             if synced:  # the step timer's read waited for the GPU: the wall clock covers the interval's work
                 record.update(throughput.measure(interval.work(), interval.seconds(),
@@ -448,6 +449,10 @@ class Trainer:
                           f"planned {cfg.max_iter} (steps slower than when timed, or a startup that ate the budget before "
                           "the fit); saved and stopped", flush=True)
                 break
+
+    def _extra_saves(self) -> set[int]:
+        """checkpoint.save_steps and save_fractions as steps of the run's current max_iter."""
+        return extra_save_steps(self.cfg.trainer.max_iter, self.cfg.checkpoint.save_steps, self.cfg.checkpoint.save_fractions)
 
     def _time_budget(self) -> TimeBudget | None:
         """trainer.time_budget_s's clock for this launch (a resumed run keeps the first launch's fit)."""
