@@ -9,6 +9,7 @@ import torch
 from wamkit.config import load_experiment
 from wamkit.config.schema import DiffusionConfig
 from wamkit.data.sample import TrainingSample
+from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.objective import ModeObjective, PolicyObjective
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import build_transformer
@@ -313,6 +314,7 @@ def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
 @pytest.mark.parametrize("mode,with_state,diffusion", [
     ("policy", True, {}), ("policy", False, {"action_prediction": "x0", "x0_loss_weighting": "velocity"}),
     ("forward_dynamics", True, {"video_prediction": "x0"}), ("inverse_dynamics", True, {}),
+    ("policy", True, {"action_sigma": "independent", "action_shift": 3.0, "action_prediction": "x0", "x0_loss_weighting": "velocity"}),
 ])
 def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion):
     """Samples of one shape take the stacked path (one merged pack, batched noising and losses): the
@@ -335,3 +337,51 @@ def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion):
     assert len(fast_grads) == len(plain_grads) > 0
     for g_fast, g_plain in zip(fast_grads, plain_grads):
         torch.testing.assert_close(g_fast, g_plain, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_independent_action_sigma_noises_the_chunk_at_its_own_level(stacked):
+    """diffusion.action_sigma = "independent": each sample's action rows draw their own noise level right
+    after the video's (from the sample's generator, shifted by action_shift), carry it as their timestep,
+    and are noised and loss-weighted at it; the video keeps the level a shared run would draw."""
+    samples = _samples(3)
+    shared = _objective("policy", action_prediction="x0", x0_loss_weighting="velocity")
+    indep = _objective("policy", action_prediction="x0", x0_loss_weighting="velocity", action_sigma="independent", action_shift=3.0)
+    if not stacked:
+        indep._uniform = shared._uniform = lambda *_: False
+    seen_shared, seen = _capture(shared.model), _capture(indep.model)
+    outputs = []
+    indep.model.register_forward_hook(lambda _m, _a, out: outputs.append(out))
+    shared(samples, _gens(3))
+    losses = indep(samples, _gens(3))
+    torch.testing.assert_close(seen["vision_timesteps"], seen_shared["vision_timesteps"])
+    expected_sigmas, expected_action_sigmas = [], []
+    for g in _gens(3):
+        expected_sigmas.append(sample_sigmas(1, g, 1.0).item())  # DiffusionConfig's default shift 0 -> resolution shift
+        expected_action_sigmas.append(sample_sigmas(1, g, 3.0).item())
+    action_t = seen["action_timesteps"].view(3, T) / 1000.0  # state row clean: T noisy rows a sample
+    assert torch.allclose(action_t, torch.tensor(expected_action_sigmas)[:, None].expand(3, T), atol=1e-5)
+    video_t = torch.unique_consecutive(seen["vision_timesteps"]) / 1000.0
+    assert not torch.allclose(video_t, action_t[:, 0], atol=1e-3)  # the two levels differ
+    noisy = seen["action_tokens"]  # [rows, D] per sample, or one merged [B, rows, D] item
+    noisy = torch.stack(list(noisy)) if len(noisy) == 3 else noisy[0]
+    expected_loss = []
+    for i, sample in enumerate(samples):
+        s_a = float(action_t[i, 0])
+        rows = _clean_rows(sample)
+        assert torch.equal(noisy[i][0], rows[0])  # the state row stays clean
+        residual = (noisy[i][1:] - (1 - s_a) * rows[1:]) * sample.action_mask  # = s_a * noise on the real channels
+        assert float(residual.abs().max()) > 0
+        pred = outputs[0].action[i].detach().float()[1:]
+        err = (pred - rows[1:]).pow(2) * sample.action_mask
+        expected_loss.append(err.sum() / (T * sample.action_mask.sum()) / max(s_a, 0.05) ** 2)
+    assert float(losses.action) == pytest.approx(float(torch.stack(expected_loss).mean()), rel=1e-4)
+
+
+def test_action_sigma_config_validation():
+    base = ["data.path=\"x\""]
+    with pytest.raises(ConfigError, match="action_sigma"):
+        load_experiment(None, base + ['diffusion.action_sigma="per_row"'])
+    with pytest.raises(ConfigError, match="action_shift"):
+        load_experiment(None, base + ["diffusion.action_shift=-1.0"])
+    assert load_experiment(None, base + ['diffusion.action_sigma="independent"']).diffusion.action_sigma == "independent"

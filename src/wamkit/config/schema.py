@@ -14,6 +14,7 @@ from wamkit.storage import check_url, is_remote, location
 
 PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
 X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
+ACTION_SIGMAS = ("shared", "independent")  # diffusion.action_sigma
 
 TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")  # what `mixed` draws from
@@ -182,6 +183,15 @@ class DiffusionConfig:
     # the observed frame and the actions alone; that mean is what a 1-step sample returns and what PSNR
     # rewards). Read for every output predicted as x0 (video_prediction, action_prediction).
     x0_loss_weighting: str = "velocity"
+    # The action chunk's noise level in training. "shared": the sample's one level for its video and its
+    # actions (the reference). "independent": the chunk draws its own (the same logit-normal, shifted by
+    # action_shift), so the head learns actions from pure noise beside partly denoised video, and actions
+    # at low noise beside noisy video. With a shared level the actions are nearly pure noise only when the
+    # future video is too (s > 0.9: ~1.4% of logit-normal draws at shift 1), and at lower levels the
+    # half-clean future video hands the head its answer (inverse dynamics); sampling starts every chunk at
+    # s = 1. Samplers still step video and actions together.
+    action_sigma: str = "shared"
+    action_shift: float = 0.0  # with action_sigma = "independent": 0 -> the video's shift
 
 
 @dataclass
@@ -385,6 +395,12 @@ class ExperimentConfig:
         if self.diffusion.x0_loss_weighting not in X0_LOSS_WEIGHTINGS:
             raise ConfigError("diffusion.x0_loss_weighting", f"unknown weighting {self.diffusion.x0_loss_weighting!r}",
                               f"use one of {list(X0_LOSS_WEIGHTINGS)}")
+        if self.diffusion.action_sigma not in ACTION_SIGMAS:
+            raise ConfigError("diffusion.action_sigma", f"unknown action noise level {self.diffusion.action_sigma!r}",
+                              f"use one of {list(ACTION_SIGMAS)}")
+        if self.diffusion.action_shift < 0:
+            raise ConfigError("diffusion.action_shift", f"{self.diffusion.action_shift} is negative",
+                              "use 0 (the video's shift) or a positive shift (1.0 = none; larger = noisier)")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
         if self.parallel.context_parallel_degree < 1:

@@ -1,5 +1,6 @@
 """Rectified flow, as the reference trains Cosmos3: x_s = s*eps + (1-s)*x0, velocity target
-v = eps - x0, one noise level s per sample shared by all its noisy tokens; clean tokens keep x0."""
+v = eps - x0, one noise level s per sample shared by all its noisy tokens (the action chunk draws its own
+with `diffusion.action_sigma = "independent"`); clean tokens keep x0."""
 
 from __future__ import annotations
 

@@ -70,6 +70,8 @@ class ModeObjective:
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
         self.action_prediction = str(getattr(diffusion_cfg, "action_prediction", "velocity"))
         self.x0_loss_weighting = str(getattr(diffusion_cfg, "x0_loss_weighting", "velocity"))
+        self.action_sigma = str(getattr(diffusion_cfg, "action_sigma", "shared"))
+        self.action_shift = float(getattr(diffusion_cfg, "action_shift", 0.0))
 
     def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
         """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
@@ -134,7 +136,7 @@ class ModeObjective:
             mode = self.sample_mode(generator)
             self.last_modes.append(mode)
             sigma = sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item()
-            seq, target = self._noised_sequence(sample, x0, sigma, generator, mode)
+            seq, target = self._noised_sequence(sample, x0, sigma, generator, mode, self.action_sigma_for(sigma, generator, shift))
             sequence.append(seq)
             targets.append(target)
         self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence, self.weight_grads)  # MFU, tokens/s
@@ -158,9 +160,10 @@ class ModeObjective:
         vision and one action item (pack_samples' `merge`), the losses as one batched expression."""
         mode = self.mode
         self.last_modes = [mode] * len(samples)
-        sigmas, video_noise, action_noise = [], [], []
+        sigmas, action_sigmas, video_noise, action_noise = [], [], [], []
         for sample, x0, generator in zip(samples, latents, generators):
             sigmas.append(sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item())
+            action_sigmas.append(self.action_sigma_for(sigmas[-1], generator, shift))
             noise_gen = tensor_generator(generator, device)
             video_noise.append(torch.randn(x0.shape, generator=noise_gen, device=device))
             rows_shape = (sample.actions.shape[0] + (sample.state is not None), sample.actions.shape[1])
@@ -169,8 +172,9 @@ class ModeObjective:
         rows = _stacked_rows(samples).to(device, non_blocking=True)  # [B, L, D]: state row first when there is one
         masks = torch.stack([s.action_mask for s in samples]).to(device=device, dtype=rows.dtype, non_blocking=True)  # [B, D]
         sigma = torch.tensor(sigmas, dtype=torch.float32).to(device, non_blocking=True)
+        action_sigma = sigma if action_sigmas == sigmas else torch.tensor(action_sigmas, dtype=torch.float32).to(device, non_blocking=True)
         noisy_video, video_velocity = add_noise(x0, sigma.view(-1, 1, 1, 1, 1), torch.stack(video_noise))
-        noisy_rows, action_velocity = add_noise(rows, sigma.view(-1, 1, 1), torch.stack(action_noise) * masks[:, None])
+        noisy_rows, action_velocity = add_noise(rows, action_sigma.view(-1, 1, 1), torch.stack(action_noise) * masks[:, None])
         has_state = samples[0].state is not None
         clean_frames = list(range(x0.shape[2])) if mode == "inverse_dynamics" else [0]
         clean_rows = list(range(rows.shape[1])) if mode == "forward_dynamics" else ([0] if has_state else [])
@@ -182,7 +186,7 @@ class ModeObjective:
             SequenceSample(
                 text_ids=self.text_tokenizer.encode(self.prompt_template.format(task=sample.task)), video=noisy_video[b],
                 actions=noisy_rows[b], clean_video_frames=clean_frames, clean_action_rows=clean_rows, sigma=sigmas[b],
-                domain_id=sample.domain_id, fps=self.fps, action_start_frame=0 if has_state else 1,
+                domain_id=sample.domain_id, fps=self.fps, action_start_frame=0 if has_state else 1, action_sigma=action_sigmas[b],
             )
             for b, sample in enumerate(samples)
         ]
@@ -192,7 +196,7 @@ class ModeObjective:
         out = self.model(**batch.forward_kwargs)
         targets = {
             "video": self._batched_target(self.video_prediction, x0, video_velocity, sigmas, device),
-            "action": self._batched_target(self.action_prediction, rows, action_velocity, sigmas, device),
+            "action": self._batched_target(self.action_prediction, rows, action_velocity, action_sigmas, device),
         }
         return self._batched_losses(out, batch, targets, masks)
 
@@ -223,9 +227,20 @@ class ModeObjective:
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
         return StepLosses(total=total, video=video.detach(), action=action.detach())
 
-    def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy"):
+    def action_sigma_for(self, sigma: float, generator: torch.Generator, shift: float) -> float:
+        """The action chunk's noise level (`diffusion.action_sigma`): the sample's own `sigma`, or an
+        independent draw right after it from the same generator (shared runs draw nothing more, so
+        their random stream is the one they always had)."""
+        if self.action_sigma != "independent":
+            return sigma
+        action_shift = self.action_shift if self.action_shift > 0 else shift
+        return sample_sigmas(1, generator, action_shift, self.cfg.logit_mean, self.cfg.logit_std).item()
+
+    def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy",
+                         action_sigma: float | None = None):
         # Noise is drawn for every token whatever the mode, so a sample consumes the same random
         # numbers in every mode; clean positions are then overwritten with their clean values.
+        action_sigma = sigma if action_sigma is None else action_sigma
         device = x0.device
         noise_gen = tensor_generator(generator, device)
         video_noise = torch.randn(x0.shape, generator=noise_gen, device=device)
@@ -240,8 +255,8 @@ class ModeObjective:
             rows = torch.cat([sample.state.to(device, non_blocking=True).unsqueeze(0), rows])
         mask = sample.action_mask.to(device=device, dtype=rows.dtype, non_blocking=True)
         action_noise = torch.randn(rows.shape, generator=noise_gen, device=device) * mask
-        noisy_rows, action_velocity = add_noise(rows, sigma, action_noise)
-        action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, sigma)
+        noisy_rows, action_velocity = add_noise(rows, action_sigma, action_noise)
+        action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, action_sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
         at = index_of(clean_rows, device)
         noisy_rows[at] = rows[at]
@@ -261,7 +276,7 @@ class ModeObjective:
         seq = SequenceSample(
             text_ids=text, video=noisy_video, actions=noisy_rows, clean_video_frames=clean_frames,
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
-            action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames,
+            action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames, action_sigma=action_sigma,
         )
         return seq, {"video": video_target, "action": action_target, "video_weight": video_weight, "action_weight": action_weight}
 

@@ -28,7 +28,7 @@ class SequenceSample:
     actions: torch.Tensor | None  # [L, D] rows (optional clean state row first, then actions)
     clean_video_frames: list[int]
     clean_action_rows: list[int]
-    sigma: float  # noise level of this sample's noisy tokens, in [0, 1]
+    sigma: float  # noise level of this sample's noisy tokens, in [0, 1] (its action rows': action_sigma when set)
     domain_id: int = 0
     fps: float = 24.0
     action_start_frame: int = 1  # pixel frame of the first action row (0 when a state row leads)
@@ -37,6 +37,7 @@ class SequenceSample:
     # attends only to generation tokens of its own and earlier chunks (and to its sample's text). An
     # action row belongs to the chunk of the latent frame of the pixel frame it leads into.
     causal_chunk_frames: int = 0
+    action_sigma: float | None = None  # the noisy action rows' own level (diffusion.action_sigma); None: sigma
 
     def frame_chunk_ids(self) -> list[int]:
         """Chunk id of every latent frame (all 0 when bidirectional)."""
@@ -184,7 +185,7 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0, 
             action_seq.append(torch.arange(cursor, cursor + n_act))
             action_loss.extend(cursor + r for r in rows)
             action_noisy.append(torch.tensor(rows, dtype=torch.long))
-            action_t.extend([s.sigma * 1000.0] * len(rows))
+            action_t.extend([(s.sigma if s.action_sigma is None else s.action_sigma) * 1000.0] * len(rows))
             action_shapes.append((n_act, 1, 1))
             domains.append(torch.tensor(s.domain_id, dtype=torch.long))
             gen_pos.append(grid_positions(n_act, 1, 1, offset, s.fps if fps_mod else None, base_fps, 1, TEMPORAL_FACTOR, s.action_start_frame))
