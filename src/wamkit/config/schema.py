@@ -88,6 +88,9 @@ class DataConfig:
     # positions, so a state row is only meaningful with joint_pos actions (the seed's rule).
     action_space: str = ""  # "" | joint_pos | joint_velocity | cartesian_position | cartesian_velocity
     latent_cache: str = ""  # a directory from `wamkit data cache-latents`: train on its latents, skip video + VAE
+    # train-time augmentation: each clip shifted by up to this many pixels (the same offset for all its
+    # frames, edges repeated; wamkit.data.augment), for policies trained from scratch on few placements
+    random_shift_px: int = 0
 
     def resolved_path(self) -> Path:
         """data.path when set (LeRobot's `root`), else the local copy of data.repo_id LeRobot downloaded."""
@@ -395,6 +398,12 @@ class ExperimentConfig:
         if self.diffusion.x0_loss_weighting not in X0_LOSS_WEIGHTINGS:
             raise ConfigError("diffusion.x0_loss_weighting", f"unknown weighting {self.diffusion.x0_loss_weighting!r}",
                               f"use one of {list(X0_LOSS_WEIGHTINGS)}")
+        if self.data.random_shift_px < 0:
+            raise ConfigError("data.random_shift_px", f"{self.data.random_shift_px} is negative", "use 0 (no shift) or N >= 1 pixels")
+        if self.data.random_shift_px and self.data.latent_cache:
+            raise ConfigError("data.random_shift_px", f"is {self.data.random_shift_px} but data.latent_cache = "
+                              f"{self.data.latent_cache!r} holds latents encoded without a shift",
+                              "--set data.random_shift_px=0 to train on the cache, or --set data.latent_cache='' to shift the decoded video")
         if self.diffusion.action_sigma not in ACTION_SIGMAS:
             raise ConfigError("diffusion.action_sigma", f"unknown action noise level {self.diffusion.action_sigma!r}",
                               f"use one of {list(ACTION_SIGMAS)}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from wamkit.data.augment import draw_shifts, shift_clips
 from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
@@ -39,7 +40,7 @@ SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
 class ModeObjective:
     def __init__(
         self, model, video_tokenizer, text_tokenizer, diffusion_cfg, prompt_template: str, fps: float, attention: str = "sdpa",
-        mode: str = "policy", mode_weights=None, text_multiple: int = 0,
+        mode: str = "policy", mode_weights=None, text_multiple: int = 0, random_shift_px: int = 0,
     ):
         if mode not in (*SAMPLE_MODES, "mixed"):
             raise ValueError(f"unknown mode {mode!r}: use one of {[*SAMPLE_MODES, 'mixed']}")
@@ -70,11 +71,13 @@ class ModeObjective:
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
         self.action_prediction = str(getattr(diffusion_cfg, "action_prediction", "velocity"))
         self.x0_loss_weighting = str(getattr(diffusion_cfg, "x0_loss_weighting", "velocity"))
+        self.random_shift_px = int(random_shift_px)  # data.random_shift_px: train-time shift of each clip (wamkit.data.augment)
         self.action_sigma = str(getattr(diffusion_cfg, "action_sigma", "shared"))
         self.action_shift = float(getattr(diffusion_cfg, "action_shift", 0.0))
 
-    def encode_videos(self, videos: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Tokenize uint8 clips, batching clips of equal shape into one encoder call."""
+    def encode_videos(self, videos: list[torch.Tensor], shifts: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Tokenize uint8 clips, batching clips of equal shape into one encoder call; with `shifts` [B, 2]
+        each clip is first moved by its offset on the model's device (wamkit.data.augment)."""
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, v in enumerate(videos):
             groups[tuple(v.shape)].append(i)
@@ -83,6 +86,8 @@ class ModeObjective:
         with torch.no_grad():
             for indices in groups.values():
                 clips = torch.stack([videos[i] for i in indices])
+                if shifts is not None:
+                    clips = shift_clips(clips.to(next(self.model.parameters()).device, non_blocking=True), shifts[indices])
                 self.last_encode_flops += encode_flops(self.video_tokenizer, tuple(clips.shape))
                 encoded = self.video_tokenizer.encode(clips)
                 for j, i in enumerate(indices):
@@ -101,14 +106,16 @@ class ModeObjective:
         factor = self.video_tokenizer.spatial_factor  # cached latents: the canvas they were encoded from
         return sample.latents.shape[-2] * factor, sample.latents.shape[-1] * factor
 
-    def latents_of(self, samples) -> list[torch.Tensor]:
-        """Cached latents where the samples carry them, else tokenize the videos now; as residuals
-        from latent frame 0 with `diffusion.video_residual`."""
+    def latents_of(self, samples, generators: list[torch.Generator] | None = None) -> list[torch.Tensor]:
+        """Cached latents where the samples carry them, else tokenize the videos now (shifted first by
+        `data.random_shift_px` when the samples' generators are given: training steps, not probes); as
+        residuals from latent frame 0 with `diffusion.video_residual`."""
         if all(s.latents is not None for s in samples):
             latents = [s.latents for s in samples]
             self.last_encode_flops = 0.0
         else:
-            latents = self.encode_videos([s.video for s in samples])
+            shifts = draw_shifts(self.random_shift_px, generators) if generators is not None and self.random_shift_px > 0 else None
+            latents = self.encode_videos([s.video for s in samples], shifts)
         return [to_video_residual(x) for x in latents] if self.video_residual else latents
 
     def sample_mode(self, generator: torch.Generator) -> str:
@@ -124,7 +131,7 @@ class ModeObjective:
         if len(generators) != len(samples):
             raise ValueError(f"{len(samples)} samples but {len(generators)} generators")
         device = next(self.model.parameters()).device
-        latents = [x.to(device, non_blocking=True) for x in self.latents_of(samples)]  # cached latents come from the host
+        latents = [x.to(device, non_blocking=True) for x in self.latents_of(samples, generators)]  # cached latents come from the host
         if self.timer is not None:
             self.timer.mark("encode")
         shift = self.shift_for(samples[0])

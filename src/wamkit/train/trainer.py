@@ -124,6 +124,7 @@ class Trainer:
         self.objective = PolicyObjective(
             self.model, self.video_tokenizer, self.text_tokenizer, cfg.diffusion, cfg.data.prompt_template, self.data.dataset.fps,
             backend, mode=cfg.model.mode, mode_weights=cfg.model.mode_weights, text_multiple=training_text_multiple(cfg.parallel.compile, backend, cfg.trainer.samples_per_step),
+            random_shift_px=cfg.data.random_shift_px,
         )
         if dims.cp > 1:
             self.objective.processor = enable_context_parallel(self.model, self.objective.processor, self.mesh["cp"].get_group())
