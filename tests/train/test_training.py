@@ -15,15 +15,15 @@ def _records(run_dir):
 
 
 def test_demo_policy_loss_falls_and_outputs_are_where_announced(demo_root, tmp_path):
-    args = quick_overrides(demo_root, tmp_path, "learn", 120, 60) + ["--set", "trainer.samples_per_step=8", "--set", "trainer.val_every=60"]
+    args = quick_overrides(demo_root, tmp_path, "learn", 60, 30) + ["--set", "trainer.samples_per_step=8", "--set", "trainer.val_every=30"]
     proc = run_cli(["train", str(DEMO_RECIPE), *args])
     summary = json.loads(proc.stdout.split("[wamkit] done: ", 1)[1])
-    assert summary["latest_checkpoint"].endswith("iter_000000120")
+    assert summary["latest_checkpoint"].endswith("iter_000000060")
     records = _records(tmp_path / "learn")
     losses = [r["loss"] for r in records if "loss" in r]
-    assert len(losses) == 120 and all(r["step"] for r in records)
-    first, last = sum(losses[:30]) / 30, sum(losses[-30:]) / 30
-    assert last < 0.6 * first, (first, last)
+    assert len(losses) == 60 and all(r["step"] for r in records)
+    first, last = sum(losses[:15]) / 15, sum(losses[-15:]) / 15
+    assert last < 0.7 * first, (first, last)  # 0.55 on the dev box (60 steps)
     vals = [r["val_loss"] for r in records if "val_loss" in r]
     assert len(vals) == 2 and vals[1] < vals[0]
     assert any((tmp_path / "learn" / "tensorboard").iterdir())
