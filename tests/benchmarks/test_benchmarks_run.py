@@ -55,3 +55,9 @@ def test_activation_bytes_prints_a_row_per_mode():
     row = next(l for l in out.splitlines() if l.startswith("| eager |"))
     tokens, mib, per = (float(c) for c in row.strip("|").split("|")[1:])
     assert tokens > 0 and mib > 0 and per > 4  # more than a layer's input saved per token, layer and hidden unit
+
+
+def test_step_host_ops_prints_ops_a_sample_by_function():
+    out = _run("benchmarks/step_host_ops.py", "--small", "2", "--large", "4")
+    assert "| function | top-level ops a sample (batch 2 -> 4) |" in out
+    assert "| **all** |" in out and "whole step:" in out

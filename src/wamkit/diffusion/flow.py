@@ -25,8 +25,13 @@ def resolution_shift(height: int, width: int, base_shift: float, base_resolution
 
 def sample_sigmas(n: int, generator: torch.Generator, shift: float, logit_mean: float = 0.0, logit_std: float = 1.0) -> torch.Tensor:
     """Logit-normal noise levels, then shifted."""
-    sigma = torch.sigmoid(torch.randn(n, generator=generator) * logit_std + logit_mean)
-    return shift_sigma(sigma, shift)
+    return sigmas_from_normals(torch.randn(n, generator=generator), shift, logit_mean, logit_std)
+
+
+def sigmas_from_normals(normals: torch.Tensor, shift: float, logit_mean: float = 0.0, logit_std: float = 1.0) -> torch.Tensor:
+    """The noise levels of standard-normal draws (sample_sigmas' transform): elementwise, so a batch of
+    draws from many generators, transformed at once, gives each the value it would get alone."""
+    return shift_sigma(torch.sigmoid(normals * logit_std + logit_mean), shift)
 
 
 def add_noise(x0: torch.Tensor, sigma: float, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

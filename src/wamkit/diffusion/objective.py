@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.data.augment import draw_shifts, shift_clips
-from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, to_video_residual, x0_loss_weight
+from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, sigmas_from_normals, to_video_residual, x0_loss_weight
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.flops import encode_flops, generation_weights_train, sequence_flops
@@ -167,10 +167,9 @@ class ModeObjective:
         vision and one action item (pack_samples' `merge`), the losses as one batched expression."""
         mode = self.mode
         self.last_modes = [mode] * len(samples)
-        sigmas, action_sigmas, video_noise, action_noise = [], [], [], []
+        sigmas, action_sigmas = self._noise_levels(generators, shift)
+        video_noise, action_noise = [], []
         for sample, x0, generator in zip(samples, latents, generators):
-            sigmas.append(sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item())
-            action_sigmas.append(self.action_sigma_for(sigmas[-1], generator, shift))
             noise_gen = tensor_generator(generator, device)
             video_noise.append(torch.randn(x0.shape, generator=noise_gen, device=device))
             rows_shape = (sample.actions.shape[0] + (sample.state is not None), sample.actions.shape[1])
@@ -233,6 +232,24 @@ class ModeObjective:
             action = self._head_anchor("action_proj_out")
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
         return StepLosses(total=total, video=video.detach(), action=action.detach())
+
+    def _noise_levels(self, generators: list[torch.Generator], shift: float) -> tuple[list[float], list[float]]:
+        """Each sample's noise level and its action chunk's, as the per-sample path draws them (one
+        normal from the sample's generator, then the action chunk's own with action_sigma =
+        "independent"), transformed for the whole batch at once: a few host ops a step instead of ~8 a
+        sample, the same values."""
+        independent = self.action_sigma == "independent"
+        normals, action_normals = [], []
+        for generator in generators:
+            normals.append(torch.randn(1, generator=generator))
+            if independent:
+                action_normals.append(torch.randn(1, generator=generator))
+        mean, std = self.cfg.logit_mean, self.cfg.logit_std
+        sigmas = sigmas_from_normals(torch.cat(normals), shift, mean, std).tolist()
+        if not independent:
+            return sigmas, sigmas
+        action_shift = self.action_shift if self.action_shift > 0 else shift
+        return sigmas, sigmas_from_normals(torch.cat(action_normals), action_shift, mean, std).tolist()
 
     def action_sigma_for(self, sigma: float, generator: torch.Generator, shift: float) -> float:
         """The action chunk's noise level (`diffusion.action_sigma`): the sample's own `sigma`, or an

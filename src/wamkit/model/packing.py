@@ -141,96 +141,68 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0, 
     ~100 kernels a sample forward and backward that left a medium MT10 step host-bound on an H200;
     merged it runs once. Tokens, order and outputs are the same (the frames of sample b are frames
     b*t..b*t+t-1 of the item); read the outputs with PackedBatch.video_outputs / action_outputs."""
-    p = config.latent_patch_size
-    margin = config.unified_3d_mrope_temporal_modality_margin
-    fps_mod = config.enable_fps_modulation
-    base_fps = float(config.base_fps)
+    params = _PackParams(config.latent_patch_size, config.unified_3d_mrope_temporal_modality_margin,
+                         bool(config.enable_fps_modulation), float(config.base_fps))
     filler = text_padding([len(s.text_ids) for s in samples], text_multiple)
     und_len = sum(len(s.text_ids) for s in samples) + filler
     device = samples[0].video.device
-
-    input_ids, und_runs, gen_runs = [], [], []  # runs: (sample id, token count), expanded at the end
-    text_pos, gen_pos = [], []
-    vision_seq, vision_loss, vision_shapes, vision_noisy, vision_t = [], [], [], [], []
-    action_seq, action_loss, action_shapes, action_noisy, action_t, domains = [], [], [], [], [], []
+    keys = [_layout_of(s) for s in samples]
+    layouts = [_sample_layout(key, params) for key in keys]
+    has_actions = layouts[0].n_act is not None
+    if any((lay.n_act is not None) != has_actions for lay in layouts):
+        raise ValueError("either every sample in a packed batch has actions or none does")
+    # Per sample only Python bookkeeping: every position and index tensor below is one of the layout's
+    # cached pieces or one batched op, so the host's work per step does not grow with ~40 tensor ops a
+    # sample (at batch 256 those held an MT10 step on an H200 host-bound).
+    input_ids, und_runs, gen_runs, text_pos, gen_pos = [], [], [], [], []
+    vision_starts, action_starts = [], []
     cursor = und_len
-    chunk_ids: list[torch.Tensor] = []
-    for i, s in enumerate(samples):
-        n_text = len(s.text_ids)
+    for i, (s, lay) in enumerate(zip(samples, layouts)):
         input_ids.extend(s.text_ids)
-        und_runs.append((i, n_text))
-        text_pos.append(text_positions(n_text))
-        offset = n_text + margin
-        _, t, h, w = s.video.shape
-        grid = (t, math.ceil(h / p), math.ceil(w / p))
-        per_frame = grid[1] * grid[2]
-        n_vision = t * per_frame
-        vision_seq.append(torch.arange(cursor, cursor + n_vision))
-        noisy = torch.tensor(s.noisy_video_frames(), dtype=torch.long)
-        vision_noisy.append(noisy)
-        # every token of every noisy frame, frame by frame: built as tensors (a Python int per token cost
-        # ~10 ms a step at 64 samples of 1,280 video tokens)
-        vision_loss.append((cursor + noisy[:, None] * per_frame + torch.arange(per_frame)).flatten())
-        vision_t.append(torch.full((len(noisy) * per_frame,), s.sigma * 1000.0, dtype=torch.float32))
-        vision_shapes.append(grid)
-        gen_pos.append(grid_positions(*grid, offset, s.fps if fps_mod else None, base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR))
-        frame_chunk = s.frame_chunk_ids()
-        chunk_ids.append(torch.tensor(frame_chunk, dtype=torch.long).repeat_interleave(per_frame))
-        cursor += n_vision
-        n_gen = n_vision
-        if s.actions is not None:
+        und_runs.append((i, lay.n_text))
+        text_pos.append(text_positions(lay.n_text))
+        gen_pos.append(lay.gen_pos)
+        vision_starts.append(cursor)
+        cursor += lay.n_vision
+        if has_actions:
             _check_domain(i, s.domain_id, getattr(config, "num_embodiment_domains", None))
-            n_act = s.actions.shape[0]
-            rows = s.noisy_action_rows()
-            action_seq.append(torch.arange(cursor, cursor + n_act))
-            action_loss.extend(cursor + r for r in rows)
-            action_noisy.append(torch.tensor(rows, dtype=torch.long))
-            action_t.extend([(s.sigma if s.action_sigma is None else s.action_sigma) * 1000.0] * len(rows))
-            action_shapes.append((n_act, 1, 1))
-            domains.append(torch.tensor(s.domain_id, dtype=torch.long))
-            gen_pos.append(grid_positions(n_act, 1, 1, offset, s.fps if fps_mod else None, base_fps, 1, TEMPORAL_FACTOR, s.action_start_frame))
-            pixel = [s.action_start_frame + r for r in range(n_act)]  # latent frame of pixel frame p: ceil(p / 4)
-            chunk_ids.append(torch.tensor([frame_chunk[min((p + TEMPORAL_FACTOR - 1) // TEMPORAL_FACTOR, t - 1)] for p in pixel], dtype=torch.long))
-            cursor += n_act
-            n_gen += n_act
-        gen_runs.append((i, n_gen))
+            action_starts.append(cursor)
+            cursor += lay.n_act
+        gen_runs.append((i, lay.n_gen))
     if filler:  # after every real sample's text, so each sample's text keeps its place and positions
         input_ids.extend([0] * filler)
         und_runs.append((len(samples), filler))
         text_pos.append(text_positions(filler))
 
-    has_actions = bool(action_seq)
-    if has_actions and len(action_seq) != len(samples):
-        raise ValueError("either every sample in a packed batch has actions or none does")
-
     def up(values, dtype=torch.long) -> torch.Tensor:  # host -> device without a blocking copy (a stream sync each)
         host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
         return host.to(device, non_blocking=True)
 
+    merged = merge and mergeable(samples, keys)
     kwargs = dict(
         input_ids=up(input_ids),
         text_indexes=torch.arange(und_len, dtype=torch.long, device=device),
         position_ids=up(torch.cat(text_pos + gen_pos, dim=1)),
         und_len=und_len,
         sequence_length=cursor,
-        vision_tokens=[s.video.unsqueeze(0) for s in samples],
-        vision_token_shapes=vision_shapes,
-        vision_sequence_indexes=up(torch.cat(vision_seq)),
-        vision_mse_loss_indexes=up(torch.cat(vision_loss)),
-        vision_timesteps=up(torch.cat(vision_t)),
-        vision_noisy_frame_indexes=_on_device(vision_noisy, device),
+        vision_tokens=None if merged else [s.video.unsqueeze(0) for s in samples],
+        vision_token_shapes=[lay.grid for lay in layouts],
+        vision_sequence_indexes=up(_offset_pieces([lay.vision_range for lay in layouts], vision_starts)),
+        vision_mse_loss_indexes=up(_offset_pieces([lay.vision_loss for lay in layouts], vision_starts)),
+        vision_timesteps=up(_repeat([s.sigma * 1000.0 for s in samples], [len(lay.vision_loss) for lay in layouts])),
+        vision_noisy_frame_indexes=_on_device([lay.noisy_frames_t for lay in layouts], device),
     )
     if has_actions:
+        action_sigmas = [(s.sigma if s.action_sigma is None else s.action_sigma) * 1000.0 for s in samples]
         kwargs.update(
-            action_tokens=[s.actions for s in samples],
-            action_token_shapes=action_shapes,
-            action_sequence_indexes=up(torch.cat(action_seq)),
-            action_mse_loss_indexes=up(action_loss),
-            action_timesteps=up(action_t, torch.float32),
-            action_noisy_frame_indexes=_on_device(action_noisy, device),
-            action_domain_ids=_on_device([d.reshape(1) for d in domains], device, shape=()),
+            action_tokens=None if merged else [s.actions for s in samples],
+            action_token_shapes=[(lay.n_act, 1, 1) for lay in layouts],
+            action_sequence_indexes=up(_offset_pieces([lay.action_range for lay in layouts], action_starts)),
+            action_mse_loss_indexes=up(_offset_pieces([lay.noisy_rows_t for lay in layouts], action_starts)),
+            action_timesteps=up(_repeat(action_sigmas, [len(lay.noisy_rows) for lay in layouts])),
+            action_noisy_frame_indexes=_on_device([lay.noisy_rows_t for lay in layouts], device),
+            action_domain_ids=list(up([s.domain_id for s in samples]).unbind()),
         )
-    merged = merge and mergeable(samples)
     if merged:
         kwargs.update(_merged_items(samples, kwargs, has_actions))
     return PackedBatch(
@@ -239,17 +211,95 @@ def pack_samples(samples: list[SequenceSample], config, text_multiple: int = 0, 
         und_sample_ids=up(_expand_runs(und_runs)),
         gen_sample_ids=up(_expand_runs(gen_runs)),
         num_samples=len(samples),
-        vision_noisy_frames=[v.tolist() for v in vision_noisy],
-        action_noisy_rows=[a.tolist() for a in action_noisy],
-        gen_chunk_ids=up(torch.cat(chunk_ids)) if any(s.causal_chunk_frames > 0 for s in samples) else None,
-        layout_key=(str(device), *(_layout_of(s) for s in samples), *((("filler", filler),) if filler else ())),
+        vision_noisy_frames=[list(lay.noisy_frames) for lay in layouts],
+        action_noisy_rows=[list(lay.noisy_rows) for lay in layouts] if has_actions else [],
+        gen_chunk_ids=up(torch.cat([lay.chunk_ids for lay in layouts])) if any(s.causal_chunk_frames > 0 for s in samples) else None,
+        layout_key=(str(device), *keys, *((("filler", filler),) if filler else ())),
     )
 
 
-def mergeable(samples: list[SequenceSample]) -> bool:
-    """Every sample has the same generation layout and action domain (only the texts may differ)."""
-    first = _layout_of(samples[0])[1:], samples[0].domain_id
-    return all((_layout_of(s)[1:], s.domain_id) == first for s in samples[1:])
+@dataclass(frozen=True)
+class _PackParams:
+    """The transformer config's numbers that positions depend on (hashable: a layout cache key)."""
+
+    patch: int
+    margin: float
+    fps_modulation: bool
+    base_fps: float
+
+
+@dataclass(frozen=True, eq=False)
+class _SampleLayout:
+    """One sample's generation layout: its positions and indexes relative to its own first token. Shared
+    (read only) by every sample of the same layout; pack_samples offsets the indexes in one op a batch."""
+
+    n_text: int
+    grid: tuple[int, int, int]
+    n_vision: int
+    noisy_frames: tuple[int, ...]
+    noisy_frames_t: torch.Tensor  # long
+    vision_range: torch.Tensor  # arange(n_vision)
+    vision_loss: torch.Tensor  # every token of every noisy frame, frame by frame
+    n_act: int | None
+    noisy_rows: tuple[int, ...]
+    noisy_rows_t: torch.Tensor  # long; also the action loss indexes relative to the first row
+    action_range: torch.Tensor  # arange(n_act)
+    gen_pos: torch.Tensor  # [3, n_vision + n_act] mRoPE ids (video grid, then action rows)
+    chunk_ids: torch.Tensor  # [n_vision + n_act] block-causal chunk of every generation token
+
+    @property
+    def n_gen(self) -> int:
+        return self.n_vision + (self.n_act or 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sample_layout(key: tuple, params: _PackParams) -> _SampleLayout:
+    """The layout of `_layout_of(sample)` (text length, latent shape, action rows, causal chunking, first
+    action frame, fps, clean frames, clean rows), built once per process."""
+    n_text, (t, h, w), n_act, causal, action_start, fps, clean_frames, clean_rows = key
+    grid = (t, math.ceil(h / params.patch), math.ceil(w / params.patch))
+    per_frame = grid[1] * grid[2]
+    offset = n_text + params.margin
+    fps = fps if params.fps_modulation else None
+    noisy = tuple(f for f in range(t) if f not in set(clean_frames))
+    noisy_t = torch.tensor(noisy, dtype=torch.long)
+    frame_chunk = [0 if (causal <= 0 or f == 0) else 1 + (f - 1) // causal for f in range(t)]
+    pos = [grid_positions(*grid, offset, fps, params.base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR)]
+    chunks = [torch.tensor(frame_chunk, dtype=torch.long).repeat_interleave(per_frame)]
+    rows: tuple[int, ...] = ()
+    if n_act is not None:
+        rows = tuple(r for r in range(n_act) if r not in set(clean_rows))
+        pos.append(grid_positions(n_act, 1, 1, offset, fps, params.base_fps, 1, TEMPORAL_FACTOR, action_start))
+        pixel = [action_start + r for r in range(n_act)]  # latent frame of pixel frame p: ceil(p / 4)
+        chunks.append(torch.tensor([frame_chunk[min((q + TEMPORAL_FACTOR - 1) // TEMPORAL_FACTOR, t - 1)] for q in pixel], dtype=torch.long))
+    return _SampleLayout(
+        n_text=n_text, grid=grid, n_vision=t * per_frame, noisy_frames=noisy, noisy_frames_t=noisy_t,
+        vision_range=torch.arange(t * per_frame), vision_loss=(noisy_t[:, None] * per_frame + torch.arange(per_frame)).flatten(),
+        n_act=n_act, noisy_rows=rows, noisy_rows_t=torch.tensor(rows, dtype=torch.long),
+        action_range=torch.arange(n_act or 0), gen_pos=torch.cat(pos, dim=1), chunk_ids=torch.cat(chunks),
+    )
+
+
+def _offset_pieces(pieces: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
+    """cat(piece_i + start_i): each sample's relative indexes moved to its place in the sequence, in a
+    few ops for the whole batch."""
+    if not pieces:
+        return torch.zeros(0, dtype=torch.long)
+    counts = torch.tensor([len(x) for x in pieces], dtype=torch.long)
+    return torch.cat(pieces) + torch.repeat_interleave(torch.tensor(starts, dtype=torch.long), counts)
+
+
+def _repeat(values: list[float], counts: list[int]) -> torch.Tensor:
+    """float32 [sum(counts)]: values[i] repeated counts[i] times."""
+    return torch.repeat_interleave(torch.tensor(values, dtype=torch.float32), torch.tensor(counts, dtype=torch.long))
+
+
+def mergeable(samples: list[SequenceSample], keys: list[tuple] | None = None) -> bool:
+    """Every sample has the same generation layout and action domain (only the texts may differ).
+    `keys`: the samples' `_layout_of`, when the caller has them."""
+    keys = keys or [_layout_of(s) for s in samples]
+    first = keys[0][1:], samples[0].domain_id
+    return all((key[1:], s.domain_id) == first for key, s in zip(keys[1:], samples[1:]))
 
 
 def _merged_items(samples: list[SequenceSample], kwargs: dict, has_actions: bool) -> dict:
