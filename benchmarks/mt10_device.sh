@@ -10,7 +10,9 @@
 #
 # A machine stays warm only 30 s between calls, and checkpoints (~100 MB) cannot come back, so each phase
 # records the data again (same seeds, same renderer: the same dataset) and trains, evaluates and judges what
-# it needs in one call. Budget per call, seconds, MEASURED on one H200 (benchmarks/RESULTS.md, issue 26
+# it needs in one call. Start PHASE=2 at once when PHASE=1 returns: on the still-warm machine it finds PHASE=1's
+# world model and judge report, scores ACT and DP with the same settings and merges them into one ranking
+# (eval/judge_all); on a fresh machine it says so and skips that. Budget per call, seconds, MEASURED on one H200 (benchmarks/RESULTS.md, issue 26
 # sections; the logs time every stage):
 #
 #   stage                      PHASE=1 (wamkit + judge)                       PHASE=2 (ACT + DP)
@@ -34,7 +36,8 @@
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
 # of 16 for every method. The world model (recipes/metaworld_fd_mt10.toml) ranks the policy's checkpoints
 # (6: CKPTS) by imagined closest approach to the recorded goal frame against their sim success
-# (`wamkit eval wm-policy --state recorded`); ACT and DP live in PHASE=2's processes and are not judged.
+# (`wamkit eval wm-policy --state recorded`); ACT and DP are judged in PHASE=2's processes
+# (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine.
 # "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 that it shares (wamkit
 # with the world model, ACT with DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s
 # (since the twelfth session; before, a guessed samples/s SPS sized them), ACT's and DP's by their own
@@ -77,7 +80,10 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 LOG=$WORK/logs; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
 mkdir -p "$OUT" "$WORK"
-rm -rf "$RUNS" "$EV" "$LOG"; mkdir -p "$LOG"  # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept
+# each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
+# PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
+if [ "$PHASE" = 2 ]; then rm -rf "$EV/act" "$EV/diffusion" "$EV/judge_all" "$LOG"; else rm -rf "$RUNS" "$EV" "$LOG"; fi
+mkdir -p "$LOG"
 T0=$(date +%s)
 # the logs live in $LOG and come back as one archive ($OUT returns a few files only), packed after every stage
 pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
@@ -159,19 +165,36 @@ judge() {  # the world model ranks the checkpoints (policies and sim reports in 
 
 phase2() {
   record
+  # PHASE=1's world model and judge report, when this machine ran PHASE=1 and stayed warm: ACT and DP are scored with
+  # the same settings in their own processes and merged into PHASE=1's ranking (wamkit eval wm-policy-merge)
+  local wm judge_args=()
+  wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  if [ -n "$wm" ] && [ -f "$EV/judge/report.json" ]; then
+    judge_args=(--judge-world-model "$wm" --judge-max-steps "$JUDGE_STEPS" --judge-num-steps 1)
+    stamp "PHASE=1's world model ($wm) is here: it judges ACT and DP too"
+  else
+    stamp "no PHASE=1 world model on this machine (a fresh start): ACT and DP are not judged"
+  fi
   stamp "train ACT and Diffusion Policy side by side (${TRAIN_S} s each), then evaluate each at $EPISODES/task"
   local half=$(( W / 2 > 0 ? W / 2 : 1 )) pids=()
   for method in act diffusion; do
     $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
       --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
       --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$half" --dp-scheduler DDIM \
-      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
+      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "${judge_args[@]}" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
-  grep -h "success\|failed\|not run" "$LOG"/pq_*.log | tail -6
+  grep -h "success\|failed\|not run\|world-model score" "$LOG"/pq_*.log | tail -8
+  if [ -f "$EV/act/judge/act/report.json" ] && [ -f "$EV/diffusion/judge/diffusion/report.json" ]; then
+    stamp "one ranking: PHASE=1's checkpoints, ACT and DP"
+    wamkit eval wm-policy-merge "$EV/judge" "$EV/act/judge/act" "$EV/diffusion/judge/diffusion" --out "$EV/judge_all" \
+      > "$LOG/judge_all.log" 2>&1 || tail -5 "$LOG/judge_all.log"
+    tail -3 "$LOG/judge_all.log"
+  fi
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
-    eval/diffusion/table.md 2>/dev/null
+    eval/diffusion/table.md $(cd "$WORK" && ls -d eval/*/judge eval/judge_all 2>/dev/null) 2>/dev/null
+  pack_logs
 }
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1

@@ -111,6 +111,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dp-inference-steps", type=int, default=None,
                    help="Diffusion Policy denoising steps per chunk (default: lerobot's, all 100 training timesteps)")
     p.add_argument("--videos", type=int, default=1, help="rollout videos kept per method and outcome (the first successes and failures)")
+    p.add_argument("--judge-world-model", default=None, metavar="WM",
+                   help="also score each LeRobot policy in this forward-dynamics world model (a checkpoint, run or export of "
+                   "the same data), as `wamkit eval wm-policy WM --state recorded` would: <out>/judge/<method>/report.json, "
+                   "which `wamkit eval wm-policy-merge` ranks beside checkpoints judged with the same settings")
+    p.add_argument("--judge-max-steps", type=int, default=None, help="imagined frames per episode (wm-policy's --max-steps)")
+    p.add_argument("--judge-num-steps", type=int, default=30, help="world-model denoising steps per chunk (wm-policy's --num-steps)")
+    p.add_argument("--judge-episodes", type=int, nargs="*", default=None,
+                   help="recorded episodes (wm-policy's --episodes; default: the world model's validation episodes of the task)")
     p.add_argument("--out", default=str(REPO / "runs" / "policy_quality"))
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -297,7 +305,35 @@ def lerobot_policy(method: str, samples: TrainingSamples, stats: dict, chunk: in
     return config, policy, pre, post
 
 
-def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, row: Row):
+def judge(args, policy, sim_report_dir: Path, out: Path, horizon: int) -> dict:
+    """The world model's score of one LeRobot policy: `wamkit eval wm-policy --state recorded` with the
+    defaults the CLI has (dataset and episodes from the world model, seed 0, best PSNR, videos off)."""
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.worldmodel import WorldModel
+    from wamkit.worldmodel.policy_eval import evaluate_policies, load_sim_report
+
+    wm = WorldModel.from_path(args.judge_world_model, device=args.device, num_steps=args.judge_num_steps)
+    return evaluate_policies(wm, [policy], [load_sim_report(sim_report_dir)], LeRobotV3Dataset(wm.contract["dataset"]), out,
+                             episodes=args.judge_episodes, state="recorded", horizon=horizon, max_steps=args.judge_max_steps,
+                             videos=False, min_policies=1)
+
+
+def judge_row(args, policy, row: Row, out: Path, horizon: int) -> bool:
+    """judge() for a method's row; a failure is reported in the row (its sim result stands) and returns False."""
+    try:
+        judged = judge(args, policy, out / "eval" / row.method, out / "judge" / row.method, horizon)
+    except Exception as exc:  # noqa: BLE001 - the closed-loop result above is still valid
+        traceback.print_exc()
+        row.extra["judge"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return False
+    score = judged["policies"][0]["score"]
+    row.extra["judge"] = {"dir": str(out / "judge" / row.method), "score": score}
+    print(f"[policy_quality] {LABELS[row.method]}: world-model score {score:.2f} dB ({out / 'judge' / row.method / 'report.json'})",
+          flush=True)
+    return True
+
+
+def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, row: Row, contract: dict | None = None):
     import torch
 
     from wamkit.eval.lerobot_adapter import LeRobotPolicy, add_obs_steps_dim
@@ -364,7 +400,7 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
     policy.eval()
     return LeRobotPolicy(policy, pre, post, camera_key=samples.camera_key, chunk_length=chunk,
                          action_dim=samples.actions.shape[1], state_dim=samples.states.shape[1], fps=dataset.fps,
-                         source={"method": method, "step": steps},
+                         source={"method": method, "step": steps}, contract=contract,
                          num_steps=getattr(getattr(policy, "diffusion", None), "num_inference_steps", 1))
 
 
@@ -481,7 +517,7 @@ def main(argv=None) -> int:
             if row.method == "wamkit":
                 policy = train_wamkit(args, cfg, row)
             else:
-                policy = train_lerobot(row.method, args, windows, dataset, chunk, cfg.job.seed, row)
+                policy = train_lerobot(row.method, args, windows, dataset, chunk, cfg.job.seed, row, run_data.contract)
             t0 = time.perf_counter()
             videos = {} if args.workers else {"num_videos": args.videos}
             result = evaluate_envs(policy, expand_env_names(args.env), args.episodes, args.seed, workers=args.workers,
@@ -495,6 +531,8 @@ def main(argv=None) -> int:
                                                                    for t in getattr(result, "tasks", [result])}}
             print(f"[policy_quality] {LABELS[row.method]}: success {result.successes}/{result.episodes}, trained in "
                   f"{row.train_wall_s:.1f} s, evaluated in {row.eval_wall_s:.1f} s", flush=True)
+            if args.judge_world_model and row.method != "wamkit":  # wamkit's checkpoints are judged by the CLI
+                failed = not judge_row(args, policy, row, out, args.horizon or chunk) or failed
         except Exception as exc:  # noqa: BLE001 - one method failing must not hide the others' rows
             traceback.print_exc()
             failed = True

@@ -246,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
     wmp.add_argument("--device", default="auto", help=DEVICE_HELP)
     wmp.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP + " (the world model's and every policy's)")
+    wmm = eval_sub.add_parser("wm-policy-merge", help="one ranking from wm-policy reports of the same world model, episodes and settings")
+    wmm.add_argument("reports", nargs="+", metavar="REPORT", help="`wamkit eval wm-policy` output directories or their report.json")
+    wmm.add_argument("--out", help="output directory (default: <first report's parent>/merged)")
 
     return parser
 
@@ -332,6 +335,10 @@ def _dispatch(args) -> int:
                             guidance_interval=tuple(args.guidance_interval), solver=args.solver, seed=args.seed,
                             probes=not args.no_probes, device=args.device, use_ema=not args.raw, attention=args.attention,
                             dtype=args.dtype)
+    if args.command == "eval" and args.eval_command == "wm-policy-merge":
+        from wamkit.worldmodel.policy_eval import merge_main
+
+        return merge_main(args.reports, args.out)
     if args.command == "eval" and args.eval_command == "wm-policy":
         from wamkit.worldmodel.policy_eval import eval_wm_policy_main
 

@@ -230,3 +230,104 @@ def test_state_policies_need_state_recorded(runs, tmp_path, capsys):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["settings"]["state"] == "recorded" and report["files"] == ["report.json", "report.md"]
     assert "approximation" in (tmp_path / "out" / "report.md").read_text()
+
+
+class _ConstantLeRobotPolicy(torch.nn.Module):
+    """Duck-types a LeRobot ACT policy (wamkit.eval.lerobot_adapter wraps it): one fixed chunk."""
+
+    name = "act"
+
+    def __init__(self, action_dim: int, horizon: int):
+        super().__init__()
+        self.action_dim, self.horizon = action_dim, horizon
+
+    def predict_action_chunk(self, batch):
+        return torch.full((batch["observation.state"].shape[0], self.horizon, self.action_dim), 0.1)
+
+
+def test_a_lerobot_policy_judged_alone_merges_into_one_ranking_with_checkpoints(runs, tmp_path, capsys):
+    """benchmarks/policy_quality.py judges ACT / DP in the process that trained them (min_policies=1); their
+    reports and the checkpoints' (`wamkit eval wm-policy`) become one ranking (`wamkit eval wm-policy-merge`)."""
+    from wamkit.eval.lerobot_adapter import LeRobotPolicy
+
+    run, _, data, _ = runs
+    wm, ds = _wm(run), LeRobotV3Dataset(data)
+    contract = {**wm.contract, "state_key": "observation.state"}  # the image-only world model's data; ACT reads the state
+    state_dim = int(ds.features["observation.state"]["shape"][0])
+    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_key=wm.camera_keys[0],
+                           chunk_length=8, action_dim=wm.action_dim, state_dim=state_dim, fps=wm.fps,
+                           source={"method": "act", "step": 5}, contract=contract)
+    settings = dict(episodes=EPISODES, state="recorded", max_steps=16, videos=False)
+    act_report = [PE.load_sim_report(_sim_report(tmp_path / "sim_act", 5, 9))]
+    with pytest.raises(WorldModelError, match="at least 2"):
+        PE.evaluate_policies(wm, [policy], act_report, ds, tmp_path / "lone", **settings)
+    lone = PE.evaluate_policies(wm, [policy], act_report, ds, tmp_path / "judge_act", min_policies=1, **settings)
+    assert [r["label"] for r in lone["policies"]] == ["act@5"] and lone["correlation"]["n"] == 1
+
+    reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k) for s, k in ((1, 1), (2, 6))]
+    args = ["eval", "wm-policy", str(run), "--policies", str(_ckpt(run, 1)), str(_ckpt(run, 2)), "--sim-reports",
+            *map(str, reports), "--dataset", str(data), "--episodes", *map(str, EPISODES), "--num-steps", "2",
+            "--max-steps", "16", "--state", "recorded", "--no-videos", "--out", str(tmp_path / "judge_ckpts")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["eval", "wm-policy-merge", str(tmp_path / "judge_ckpts"), str(tmp_path / "judge_act" / "report.json"),
+                 "--out", str(tmp_path / "merged")]) == 0
+    assert "| act@5 |" in capsys.readouterr().out
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    ckpts = json.loads((tmp_path / "judge_ckpts" / "report.json").read_text())
+    rows = merged["policies"]
+    assert [r["label"] for r in rows] == ["mixed@1", "mixed@2", "act@5"]
+    scores = [r["score"] for r in rows]
+    assert scores == [*(r["score"] for r in ckpts["policies"]), lone["policies"][0]["score"]]
+    assert [r["true_rank"] for r in rows] == [3, 2, 1]  # 0.1, 0.6, 0.9
+    np.testing.assert_allclose([r["predicted_rank"] for r in rows], PE.average_ranks(-np.asarray(scores)))
+    assert merged["correlation"]["n"] == 3
+    assert merged["correlation"]["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.9]))
+    assert len(merged["merged_from"]) == 2 and "| act@5 |" in (tmp_path / "merged" / "report.md").read_text()
+
+    # a report the world model wrote with other settings does not join the ranking
+    other = args[:args.index("--max-steps") + 1] + ["8"] + args[args.index("--max-steps") + 2:-1] + [str(tmp_path / "judge_8")]
+    assert main(other) == 0
+    capsys.readouterr()
+    assert main(["eval", "wm-policy-merge", str(tmp_path / "judge_ckpts"), str(tmp_path / "judge_8")]) == 2
+    assert "settings" in capsys.readouterr().err
+
+
+def test_policy_quality_judges_its_lerobot_rows_as_the_cli_would(runs, tmp_path, monkeypatch):
+    """benchmarks/policy_quality.py --judge-world-model: a trained LeRobot policy's row gets its world-model
+    score under <out>/judge/<method>, with settings that merge with the CLI's; a judge that fails leaves
+    the row's closed-loop result standing and says why."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    from tests.helpers import REPO
+    from wamkit.eval.lerobot_adapter import LeRobotPolicy
+
+    spec = importlib.util.spec_from_file_location("policy_quality", REPO / "benchmarks" / "policy_quality.py")
+    pq = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "policy_quality", pq)
+    spec.loader.exec_module(pq)
+    run, _, data, _ = runs
+    wm = _wm(run)
+    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_key=wm.camera_keys[0],
+                           chunk_length=8, action_dim=wm.action_dim, fps=wm.fps, source={"method": "act", "step": 5},
+                           state_dim=int(LeRobotV3Dataset(data).features["observation.state"]["shape"][0]),
+                           contract={**wm.contract, "state_key": "observation.state"})
+    out = tmp_path / "pq"
+    _sim_report(out / "eval" / "act", 5, 9)
+    args = SimpleNamespace(judge_world_model=str(run), device="cpu", judge_num_steps=2, judge_max_steps=16, judge_episodes=EPISODES)
+    row = pq.Row("act")
+    assert pq.judge_row(args, policy, row, out, 8)
+    assert row.extra["judge"]["score"] == pytest.approx(json.loads((out / "judge" / "act" / "report.json").read_text())["policies"][0]["score"])
+
+    reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k) for s, k in ((1, 1), (2, 6))]
+    assert main(["eval", "wm-policy", str(run), "--policies", str(_ckpt(run, 1)), str(_ckpt(run, 2)), "--sim-reports",
+                 *map(str, reports), "--episodes", *map(str, EPISODES), "--num-steps", "2", "--max-steps", "16",
+                 "--state", "recorded", "--no-videos", "--out", str(tmp_path / "cli")]) == 0
+    merged = PE.merge_reports([tmp_path / "cli", out / "judge" / "act"], tmp_path / "merged")
+    assert [r["label"] for r in merged["policies"]] == ["mixed@1", "mixed@2", "act@5"]
+
+    broken = pq.Row("diffusion")
+    assert not pq.judge_row(SimpleNamespace(**{**vars(args), "judge_world_model": str(tmp_path / "no_model")}), policy, broken, out, 8)
+    assert "error" in broken.extra["judge"] and broken.status == "pending"  # judge_row leaves the status (the sim result) alone

@@ -42,16 +42,19 @@ class LeRobotPolicy:
     use_state = True
 
     def __init__(self, policy, preprocessor, postprocessor, *, camera_key: str, chunk_length: int, action_dim: int,
-                 state_dim: int, fps: float, source: dict | None = None, num_steps: int = 1):
+                 state_dim: int, fps: float, source: dict | None = None, num_steps: int = 1, contract: dict | None = None):
         self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
         self.camera_key = camera_key
         self.camera_keys = [camera_key]
         self.chunk_length, self.action_dim, self.state_dim = int(chunk_length), int(action_dim), int(state_dim)
         self.fps = float(fps)
         self.num_steps = int(num_steps)  # reported only: the policy's own config sets its sampler steps
-        self.contract: dict = {}  # no training-dataset link: pass `resolution=` to evaluate()
+        # the training data's contract (wamkit.train.setup: dataset, state_key, canvas) when the caller has one: the
+        # world-model judge checks it against the world model's; without it pass `resolution=` to evaluate()
+        self.contract: dict = dict(contract or {})
         self.loaded = SimpleNamespace(source={"kind": "lerobot", "policy": getattr(policy, "name", type(policy).__name__),
-                                              **(source or {})})
+                                              **(source or {})},
+                                      model_info={"mode": "policy"})  # acts from a frame (wamkit.worldmodel.policy_eval)
 
     def _observation_batch(self, observations: list[Mapping]) -> dict:
         if isinstance(observations, Mapping) or not isinstance(observations, (list, tuple)) or not observations:

@@ -94,10 +94,13 @@ def load_sim_report(path: str | Path) -> SimReport:
 
 
 def policy_label(policy) -> str:
-    """`<run>@<step>` for a checkpoint, the directory name for an export."""
+    """`<run>@<step>` for a checkpoint, the directory name for an export, `<method>@<step>` for a LeRobot
+    policy (wamkit.eval.lerobot_adapter)."""
     src = policy.loaded.source
     if "export" in src:
         return Path(src["export"]).name
+    if src.get("kind") == "lerobot":
+        return f"{src.get('method') or src.get('policy')}@{src.get('step')}"
     return f"{Path(src['checkpoint']).parent.parent.name}@{src.get('step')}"
 
 
@@ -354,8 +357,8 @@ def write_markdown(path: Path, report: dict) -> None:
     path.write_text("\n".join(lines))
 
 
-def _check_counts(n_policies: int, n_reports: int) -> None:
-    if n_policies < 2:
+def _check_counts(n_policies: int, n_reports: int, min_policies: int = 2) -> None:
+    if n_policies < min_policies:
         raise WorldModelError("policies", f"got {n_policies}; a rank correlation needs at least 2",
                               "pass several policies (e.g. checkpoints of one run: --policies RUN/checkpoints/iter_*)")
     if n_reports != n_policies:
@@ -363,9 +366,9 @@ def _check_counts(n_policies: int, n_reports: int) -> None:
                               "pass one `wamkit eval sim` results.json per policy, in the order of --policies")
 
 
-def _check_reports(policies: list, reports: list[SimReport], labels: list[str]) -> None:
+def _check_reports(policies: list, reports: list[SimReport], labels: list[str], min_policies: int = 2) -> None:
     """One report per policy, all from one env, each for its policy's training step."""
-    _check_counts(len(policies), len(reports))
+    _check_counts(len(policies), len(reports), min_policies)
     envs = sorted({r.env_name for r in reports})
     if len(envs) > 1:
         raise WorldModelError("sim-reports", f"come from different envs {envs}", "compare policies on one env")
@@ -377,12 +380,12 @@ def _check_reports(policies: list, reports: list[SimReport], labels: list[str]) 
 
 
 def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, episodes, state: str,
-             score: str, horizon: int | None):
+             score: str, horizon: int | None, min_policies: int = 2):
     """Every check that needs no sampling, then (labels, re-planning horizons, loaded episodes)."""
     if score not in SCORES:
         raise WorldModelError("score", f"{score!r} is not understood", f"use one of {list(SCORES)}")
     labels = _unique([policy_label(p) for p in policies])
-    _check_reports(policies, reports, labels)
+    _check_reports(policies, reports, labels, min_policies)
     horizons = [int(horizon or r.execute_horizon) for r in reports]
     eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].tasks, episodes)]
     too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
@@ -415,10 +418,11 @@ def _add_ranks(rows: list[dict]) -> None:
 def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, out_dir: Path,
                       episodes=None, state: str = "none", score: str = "best", horizon: int | None = None,
                       max_steps: int | None = None, policy_steps: int | None = None, seed: int = 0,
-                      videos: bool = True) -> dict:
+                      videos: bool = True, min_policies: int = 2) -> dict:
     """Imagine every policy on every episode, score it, rank-correlate with the true success rates;
-    writes out_dir/report.{json,md}, videos/ and strip.png."""
-    labels, horizons, eps = _prepare(wm, policies, reports, dataset, episodes, state, score, horizon)
+    writes out_dir/report.{json,md}, videos/ and strip.png. `min_policies` = 1 scores a lone policy (no
+    correlation) for `merge_reports` to rank beside others scored by the same world model elsewhere."""
+    labels, horizons, eps = _prepare(wm, policies, reports, dataset, episodes, state, score, horizon, min_policies)
     steps = int(max_steps or max(len(ep.frames) - 1 for ep in eps))
     goal = eps[0].frames[-1]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -451,6 +455,57 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     write_markdown(out_dir / "report.md", report)
     return report
+
+
+MERGE_KEYS = ("format", "world_model", "dataset", "env_name", "episodes", "settings")  # what makes two reports one judge's
+
+
+def load_judge_report(path: str | Path) -> tuple[Path, dict]:
+    """(report.json's path, its contents) of a `wamkit eval wm-policy` report: the file or its directory."""
+    path = Path(path)
+    path = path / "report.json" if path.is_dir() else path
+    if not path.is_file():
+        raise WorldModelError(f"report {path}", "does not exist", "pass a `wamkit eval wm-policy` output directory or its report.json")
+    report = json.loads(path.read_text())
+    if report.get("format") != "wamkit-wm-policy-report":
+        raise WorldModelError(f"report {path}", f"has format {report.get('format')!r}, not a world-model judge report",
+                              "pass report.json files written by `wamkit eval wm-policy`")
+    return path, report
+
+
+def merge_reports(sources: list, out_dir: Path) -> dict:
+    """One ranking from judge reports that one world model wrote with the same settings over the same
+    episodes (wamkit checkpoints judged by `wamkit eval wm-policy`, LeRobot policies judged in the process
+    that trained them: benchmarks/policy_quality.py --judge-world-model): the rows side by side, ranks and
+    the rank correlation computed again; writes out_dir/report.{json,md}."""
+    loaded = [load_judge_report(p) for p in sources]
+    (first_path, first), rows = loaded[0], []
+    for path, report in loaded:
+        for key in MERGE_KEYS:
+            if report.get(key) != first.get(key):
+                raise WorldModelError(f"report {path}: {key}", f"is {report.get(key)}, {first_path}'s is {first.get(key)}",
+                                      "merge reports of one world model, one episode set and the same settings "
+                                      "(run the judge again with them)")
+        rows += [dict(row) for row in report["policies"]]
+    _check_counts(len(rows), len(rows))
+    for row, label in zip(rows, _unique([r["label"] for r in rows])):
+        row["label"] = label
+    _add_ranks(rows)
+    merged = {**first, "policies": rows, "merged_from": [str(p) for p, _ in loaded], "files": ["report.json", "report.md"],
+              "correlation": rank_correlation([r["score"] for r in rows], [r["success_rate"] for r in rows])}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(merged, indent=2, allow_nan=False))
+    write_markdown(out_dir / "report.md", merged)
+    return merged
+
+
+def merge_main(sources: list, out_dir: str | None = None) -> int:
+    """`wamkit eval wm-policy-merge`: merge, print the table; 0 on success."""
+    out = Path(out_dir) if out_dir else Path(load_judge_report(sources[0])[0]).parent.parent / "merged"
+    report = merge_reports(sources, out)
+    print("\n".join(summary_lines(report)))
+    print(f"wrote {out / 'report.md'}")
+    return 0
 
 
 def _unique(labels: list[str]) -> list[str]:
