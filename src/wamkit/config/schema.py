@@ -404,9 +404,7 @@ class ExperimentConfig:
             raise ConfigError("data.random_shift_px", f"is {self.data.random_shift_px} but data.latent_cache = "
                               f"{self.data.latent_cache!r} holds latents encoded without a shift",
                               "--set data.random_shift_px=0 to train on the cache, or --set data.latent_cache='' to shift the decoded video")
-        if self.diffusion.action_sigma not in ACTION_SIGMAS:
-            raise ConfigError("diffusion.action_sigma", f"unknown action noise level {self.diffusion.action_sigma!r}",
-                              f"use one of {list(ACTION_SIGMAS)}")
+        _choice("diffusion.action_sigma", self.diffusion.action_sigma, ACTION_SIGMAS)
         if self.diffusion.action_shift < 0:
             raise ConfigError("diffusion.action_shift", f"{self.diffusion.action_shift} is negative",
                               "use 0 (the video's shift) or a positive shift (1.0 = none; larger = noisier)")
