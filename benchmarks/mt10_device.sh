@@ -211,13 +211,20 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
       "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
   wait
+  # the closed loops side by side, the simulator workers split between them (one after another, four variants' ~70 s
+  # each did not fit a call after 330 s boxes on 2026-12-03)
+  local share=$(( W / ${#names[@]} > 0 ? W / ${#names[@]} : 1 ))
+  stamp "closed loop: ${#names[@]} variants side by side at $EPISODES/task, $share workers each"
   for name in "${names[@]}"; do
     grep -h "train rc" "$LOG/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
-    stamp "closed loop: $name at $EPISODES/task"
-    wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-      --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 || tail -5 "$LOG/eval_$name.log"
-    echo "$name: $(grep -h "average of" "$LOG/eval_$name.log")"
+    wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
+      --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 &
   done
+  wait
+  for name in "${names[@]}"; do
+    echo "$name: $(grep -h "average of" "$LOG/eval_$name.log" || tail -5 "$LOG/eval_$name.log")"
+  done
+  stamp "sweep done"
 }
 
 phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing line), a short policy on a small recording
