@@ -132,3 +132,22 @@ def test_a_slot_is_attached_once_and_later_windows_over_it_travel_by_name(pool, 
         del got
         gc.collect()
     assert len(pool.slots) == 1 and len(attaches) == 1
+
+
+def test_receiving_a_window_over_an_attached_slot_costs_one_tensor_op(pool, monkeypatch):
+    """The training process receives a batch's windows one by one; over an attached slot each is cut from
+    numpy views made at attach time (a tensor's .numpy() is four host ops, ~13 a window before), so a
+    batch of 256 adds ~256 ops to a step, not ~3,300."""
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.setattr(frame_pool, "_attached", frame_pool._Attached(frame_pool.MAX_POOL_BYTES))
+    got = _send(_window(frame_buffer(SHAPE).fill_(1)))  # attaches the slot
+    del got
+    gc.collect()
+    payload = ForkingPickler.dumps(_window(frame_buffer(SHAPE).fill_(2)))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        got = pickle.loads(payload)
+    assert bool((got.video == 2).all())
+    ops = [e.name for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
+    by_value = ops.count("aten::lift_fresh")  # the window's small tensors (torch.from_numpy)
+    assert ops.count("aten::as_strided") == 1 and len(ops) == 1 + by_value, ops

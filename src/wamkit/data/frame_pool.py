@@ -36,6 +36,7 @@ import math
 import os
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -215,15 +216,21 @@ def _by_value(value):
 def _receive(name: tuple, nbytes: int, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
     """In the training process: the lent tensor, on a holder whose death clears the slot's lent mark. The
     slot's memory is attached by name the first time it arrives and stays attached (`_Attached`)."""
-    storage = _attached.get(name)
-    if storage is None:
-        storage = _attached.put(name, rebuild_storage_filename(torch.UntypedStorage, *name))
+    slot = _attached.get(name)
+    if slot is None:
+        slot = _attached.put(name, rebuild_storage_filename(torch.UntypedStorage, *name))
     else:
-        storage._shared_decref()  # the reference the worker took for this sending
-    flat = torch.empty(0, dtype=torch.uint8).set_(storage)
-    holder = flat[:nbytes].numpy()
-    weakref.finalize(holder, _give_back, flat[nbytes:nbytes + 1].numpy())
+        slot.storage._shared_decref()  # the reference the worker took for this sending
+    # numpy views of the slot's bytes, cut from the array made once at attach time: a tensor's .numpy() is four
+    # host ops, a tensor slice one more, ~13 a sample that a batch of 256 paid in the training process each step
+    holder = slot.array[:nbytes]
+    weakref.finalize(holder, _give_back, slot.array[nbytes:nbytes + 1])
     return torch.frombuffer(holder, dtype=torch.uint8).as_strided(shape, stride, offset)
+
+
+class _AttachedSlot(NamedTuple):
+    storage: torch.UntypedStorage
+    array: np.ndarray  # uint8 over all of the storage's bytes
 
 
 class _Attached:
@@ -235,17 +242,18 @@ class _Attached:
     def __init__(self, max_bytes: int):
         self.max_bytes, self._storages = max_bytes, OrderedDict()
 
-    def get(self, name: tuple) -> torch.UntypedStorage | None:
-        storage = self._storages.get(name)
-        if storage is not None:
+    def get(self, name: tuple) -> _AttachedSlot | None:
+        slot = self._storages.get(name)
+        if slot is not None:
             self._storages.move_to_end(name)
-        return storage
+        return slot
 
-    def put(self, name: tuple, storage: torch.UntypedStorage) -> torch.UntypedStorage:
-        self._storages[name] = storage
-        while sum(s.nbytes() for s in self._storages.values()) > self.max_bytes and len(self._storages) > 1:
+    def put(self, name: tuple, storage: torch.UntypedStorage) -> _AttachedSlot:
+        slot = _AttachedSlot(storage, torch.empty(0, dtype=torch.uint8).set_(storage).numpy())
+        self._storages[name] = slot
+        while sum(s.storage.nbytes() for s in self._storages.values()) > self.max_bytes and len(self._storages) > 1:
             self._storages.popitem(last=False)
-        return storage
+        return slot
 
 
 _attached = _Attached(2 * MAX_POOL_BYTES)
