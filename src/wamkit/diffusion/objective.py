@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.data.augment import draw_shifts, shift_clips
-from wamkit.diffusion.flow import add_noise, resolution_shift, sample_sigmas, sigmas_from_normals, to_video_residual, x0_loss_weight
+from wamkit.diffusion.flow import add_noise, resolution_shift, sigmas_from_normals, to_video_residual, x0_loss_weight
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.flops import encode_flops, generation_weights_train, sequence_flops
@@ -142,8 +142,8 @@ class ModeObjective:
         for sample, x0, generator in zip(samples, latents, generators):
             mode = self.sample_mode(generator)
             self.last_modes.append(mode)
-            sigma = sample_sigmas(1, generator, shift, self.cfg.logit_mean, self.cfg.logit_std).item()
-            seq, target = self._noised_sequence(sample, x0, sigma, generator, mode, self.action_sigma_for(sigma, generator, shift))
+            (sigma,), (action_sigma,) = self._noise_levels([generator], shift)
+            seq, target = self._noised_sequence(sample, x0, sigma, generator, mode, action_sigma)
             sequence.append(seq)
             targets.append(target)
         self.last_flops, self.last_tokens = sequence_flops(self.model.config, sequence, self.weight_grads)  # MFU, tokens/s
@@ -234,10 +234,10 @@ class ModeObjective:
         return StepLosses(total=total, video=video.detach(), action=action.detach())
 
     def _noise_levels(self, generators: list[torch.Generator], shift: float) -> tuple[list[float], list[float]]:
-        """Each sample's noise level and its action chunk's, as the per-sample path draws them (one
-        normal from the sample's generator, then the action chunk's own with action_sigma =
-        "independent"), transformed for the whole batch at once: a few host ops a step instead of ~8 a
-        sample, the same values."""
+        """Each sample's noise level and its action chunk's: one normal from the sample's generator, then
+        with action_sigma = "independent" the action chunk's own (shared runs draw nothing more, so their
+        random stream is the one they always had), transformed for the whole batch at once (a few host ops
+        a step instead of ~8 a sample; elementwise, so each value is what a lone draw gives)."""
         independent = self.action_sigma == "independent"
         normals, action_normals = [], []
         for generator in generators:
@@ -250,15 +250,6 @@ class ModeObjective:
             return sigmas, sigmas
         action_shift = self.action_shift if self.action_shift > 0 else shift
         return sigmas, sigmas_from_normals(torch.cat(action_normals), action_shift, mean, std).tolist()
-
-    def action_sigma_for(self, sigma: float, generator: torch.Generator, shift: float) -> float:
-        """The action chunk's noise level (`diffusion.action_sigma`): the sample's own `sigma`, or an
-        independent draw right after it from the same generator (shared runs draw nothing more, so
-        their random stream is the one they always had)."""
-        if self.action_sigma != "independent":
-            return sigma
-        action_shift = self.action_shift if self.action_shift > 0 else shift
-        return sample_sigmas(1, generator, action_shift, self.cfg.logit_mean, self.cfg.logit_std).item()
 
     def _noised_sequence(self, sample, x0: torch.Tensor, sigma: float, generator: torch.Generator, mode: str = "policy",
                          action_sigma: float | None = None):

@@ -41,16 +41,25 @@ class SequenceSample:
 
     def frame_chunk_ids(self) -> list[int]:
         """Chunk id of every latent frame (all 0 when bidirectional)."""
-        k = self.causal_chunk_frames
-        return [0 if (k <= 0 or f == 0) else 1 + (f - 1) // k for f in range(self.video.shape[1])]
+        return frame_chunk_ids(self.video.shape[1], self.causal_chunk_frames)
 
     def noisy_video_frames(self) -> list[int]:
-        return [f for f in range(self.video.shape[1]) if f not in set(self.clean_video_frames)]
+        return noisy_positions(self.video.shape[1], self.clean_video_frames)
 
     def noisy_action_rows(self) -> list[int]:
-        if self.actions is None:
-            return []
-        return [r for r in range(self.actions.shape[0]) if r not in set(self.clean_action_rows)]
+        return [] if self.actions is None else noisy_positions(self.actions.shape[0], self.clean_action_rows)
+
+
+def frame_chunk_ids(num_frames: int, causal_chunk_frames: int) -> list[int]:
+    """Chunk id of each of `num_frames` latent frames: frame 0 alone, then K frames a chunk (all 0 when K <= 0)."""
+    k = causal_chunk_frames
+    return [0 if (k <= 0 or f == 0) else 1 + (f - 1) // k for f in range(num_frames)]
+
+
+def noisy_positions(count: int, clean) -> list[int]:
+    """The positions in range(count) that are not clean."""
+    clean = set(clean)
+    return [i for i in range(count) if i not in clean]
 
 
 @dataclass
@@ -261,14 +270,14 @@ def _sample_layout(key: tuple, params: _PackParams) -> _SampleLayout:
     per_frame = grid[1] * grid[2]
     offset = n_text + params.margin
     fps = fps if params.fps_modulation else None
-    noisy = tuple(f for f in range(t) if f not in set(clean_frames))
+    noisy = tuple(noisy_positions(t, clean_frames))
     noisy_t = torch.tensor(noisy, dtype=torch.long)
-    frame_chunk = [0 if (causal <= 0 or f == 0) else 1 + (f - 1) // causal for f in range(t)]
+    frame_chunk = frame_chunk_ids(t, causal)
     pos = [grid_positions(*grid, offset, fps, params.base_fps, TEMPORAL_FACTOR, TEMPORAL_FACTOR)]
     chunks = [torch.tensor(frame_chunk, dtype=torch.long).repeat_interleave(per_frame)]
     rows: tuple[int, ...] = ()
     if n_act is not None:
-        rows = tuple(r for r in range(n_act) if r not in set(clean_rows))
+        rows = tuple(noisy_positions(n_act, clean_rows))
         pos.append(grid_positions(n_act, 1, 1, offset, fps, params.base_fps, 1, TEMPORAL_FACTOR, action_start))
         pixel = [action_start + r for r in range(n_act)]  # latent frame of pixel frame p: ceil(p / 4)
         chunks.append(torch.tensor([frame_chunk[min((q + TEMPORAL_FACTOR - 1) // TEMPORAL_FACTOR, t - 1)] for q in pixel], dtype=torch.long))
