@@ -359,7 +359,7 @@ def write_markdown(path: Path, report: dict) -> None:
 
 def _check_counts(n_policies: int, n_reports: int, min_policies: int = 2) -> None:
     if n_policies < min_policies:
-        raise WorldModelError("policies", f"got {n_policies}; a rank correlation needs at least 2",
+        raise WorldModelError("policies", f"got {n_policies}; this needs at least {min_policies}",
                               "pass several policies (e.g. checkpoints of one run: --policies RUN/checkpoints/iter_*)")
     if n_reports != n_policies:
         raise WorldModelError("sim-reports", f"got {n_reports} for {n_policies} policies",
@@ -460,10 +460,15 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
 MERGE_KEYS = ("format", "world_model", "dataset", "env_name", "episodes", "settings")  # what makes two reports one judge's
 
 
+def _judge_report_file(path: str | Path) -> Path:
+    """A judge report's report.json, given the file or its directory."""
+    path = Path(path)
+    return path / "report.json" if path.is_dir() else path
+
+
 def load_judge_report(path: str | Path) -> tuple[Path, dict]:
     """(report.json's path, its contents) of a `wamkit eval wm-policy` report: the file or its directory."""
-    path = Path(path)
-    path = path / "report.json" if path.is_dir() else path
+    path = _judge_report_file(path)
     if not path.is_file():
         raise WorldModelError(f"report {path}", "does not exist", "pass a `wamkit eval wm-policy` output directory or its report.json")
     report = json.loads(path.read_text())
@@ -501,7 +506,7 @@ def merge_reports(sources: list, out_dir: Path) -> dict:
 
 def merge_main(sources: list, out_dir: str | None = None) -> int:
     """`wamkit eval wm-policy-merge`: merge, print the table; 0 on success."""
-    out = Path(out_dir) if out_dir else Path(load_judge_report(sources[0])[0]).parent.parent / "merged"
+    out = Path(out_dir) if out_dir else _judge_report_file(sources[0]).parent.parent / "merged"
     report = merge_reports(sources, out)
     print("\n".join(summary_lines(report)))
     print(f"wrote {out / 'report.md'}")
