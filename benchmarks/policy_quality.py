@@ -168,26 +168,28 @@ def wamkit_config(args, dataset: Path, out: Path):
 
 class TrainingSamples:
     """The observation times of wamkit's training windows, frames decoded once: sample i is the
-    camera frame and state at (episode, start) and the next `horizon` actions, padded past the
-    episode's end with its last action (flagged in action_is_pad, as LeRobot's dataset does)."""
+    camera frames (one per camera) and state at (episode, start) and the next `horizon` actions, padded past
+    the episode's end with its last action (flagged in action_is_pad, as LeRobot's dataset does)."""
 
     def __init__(self, windows, horizon: int, device):
         import torch
 
         ds = windows.dataset
-        self.camera_key, self.state_key, self.action_key = windows.camera_keys[0], windows.state_key, windows.action_key
+        self.camera_keys, self.state_key, self.action_key = list(windows.camera_keys), windows.state_key, windows.action_key
         self.index = np.asarray(windows.index, dtype=np.int64)
         episodes = sorted({int(e) for e in self.index[:, 0]})
-        frames, states, actions, offsets, total = [], [], [], {}, 0
+        frames, states, actions, offsets, total = {k: [] for k in self.camera_keys}, [], [], {}, 0
         for ep in episodes:
             n = ds.episode_length(ep)
             cols = ds.episode_columns(ep, [self.state_key, self.action_key])
-            frames.append(ds.decode_frames(ep, self.camera_key, np.arange(n)))
+            for key in self.camera_keys:
+                frames[key].append(ds.decode_frames(ep, key, np.arange(n)))
             states.append(np.asarray(cols[self.state_key], dtype=np.float32).reshape(n, -1))
             actions.append(np.asarray(cols[self.action_key], dtype=np.float32).reshape(n, -1))
             offsets[ep], total = total, total + n
         self.episodes = episodes
-        self.frames = torch.from_numpy(np.concatenate(frames)).permute(0, 3, 1, 2).contiguous().to(device)  # uint8 [N,3,H,W]
+        self.frames = {key: torch.from_numpy(np.concatenate(f)).permute(0, 3, 1, 2).contiguous().to(device)  # uint8 [N,3,H,W]
+                       for key, f in frames.items()}
         self.states = torch.from_numpy(np.concatenate(states)).to(device)
         self.actions = torch.from_numpy(np.concatenate(actions)).to(device)
         ep_start = np.array([offsets[int(e)] for e in self.index[:, 0]])
@@ -200,9 +202,9 @@ class TrainingSamples:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def image_stats(self) -> dict:
-        """Per-channel mean/std of the training frames in [0, 1], shaped [3, 1, 1] like LeRobot's stats."""
-        x = self.frames.float().div(255.0)
+    def image_stats(self, key: str) -> dict:
+        """Per-channel mean/std of one camera's training frames in [0, 1], shaped [3, 1, 1] like LeRobot's stats."""
+        x = self.frames[key].float().div(255.0)
         return {"mean": x.mean(dim=(0, 2, 3)).view(3, 1, 1).cpu().numpy(), "std": x.std(dim=(0, 2, 3)).view(3, 1, 1).cpu().numpy()}
 
     def batch(self, idx) -> dict:
@@ -211,7 +213,8 @@ class TrainingSamples:
         rows = self.rows[idx]
         steps = rows[:, None] + torch.arange(self.horizon, device=self.device)[None]
         last = self.last[idx][:, None]
-        return {self.camera_key: self.frames[rows].float().div(255.0), "observation.state": self.states[rows],
+        images = {key: frames[rows].float().div(255.0) for key, frames in self.frames.items()}
+        return {**images, "observation.state": self.states[rows],
                 "action": self.actions[torch.minimum(steps, last)], "action_is_pad": steps > last}
 
 
@@ -278,9 +281,9 @@ def lerobot_policy(method: str, samples: TrainingSamples, stats: dict, chunk: in
     """A fresh LeRobot policy and its pre/post processors for the dataset's features."""
     from lerobot.configs import FeatureType, PolicyFeature
 
-    h, w = samples.frames.shape[2:]
-    features = {samples.camera_key: PolicyFeature(type=FeatureType.VISUAL, shape=(3, int(h), int(w))),
-                "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(samples.states.shape[1],))}
+    features = {key: PolicyFeature(type=FeatureType.VISUAL, shape=(3, *map(int, frames.shape[2:])))
+                for key, frames in samples.frames.items()}
+    features |= {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(samples.states.shape[1],))}
     outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(samples.actions.shape[1],))}
     common = dict(input_features=features, output_features=outputs, device=args.device, pretrained_backbone_weights=None)
     if method == "act":
@@ -345,7 +348,7 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
              for k in (samples.state_key, samples.action_key)}
     stats["observation.state"] = stats.pop(samples.state_key)
     stats["action"] = stats.pop(samples.action_key)
-    stats[samples.camera_key] = samples.image_stats()
+    stats |= {key: samples.image_stats(key) for key in samples.camera_keys}
     data_s = time.perf_counter() - t_data
 
     steps = args.samples // args.batch_size
@@ -398,7 +401,7 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
                 f"{optim_cfg.grad_clip_norm:g}; {config.vision_backbone} from scratch, {arch}; frames pre-decoded "
                 f"({data_s:.1f} s, not timed)")
     policy.eval()
-    return LeRobotPolicy(policy, pre, post, camera_key=samples.camera_key, chunk_length=chunk,
+    return LeRobotPolicy(policy, pre, post, camera_keys=samples.camera_keys, chunk_length=chunk,
                          action_dim=samples.actions.shape[1], state_dim=samples.states.shape[1], fps=dataset.fps,
                          source={"method": method, "step": steps}, contract=contract,
                          num_steps=getattr(getattr(policy, "diffusion", None), "num_inference_steps", 1))

@@ -88,7 +88,7 @@ class _StandInPolicy(torch.nn.Module):
 def test_adapter_feeds_raw_observations_and_runs_in_the_closed_loop():
     inner = _StandInPolicy(horizon=6)
     scale = lambda x: {k: v * 2 if k == "observation.state" else v for k, v in x.items()}  # noqa: E731
-    policy = LeRobotPolicy(inner, scale, lambda a: a / 2, camera_key="observation.images.front", chunk_length=4,
+    policy = LeRobotPolicy(inner, scale, lambda a: a / 2, camera_keys=["observation.images.front"], chunk_length=4,
                            action_dim=4, state_dim=4, fps=80.0, source={"step": 7})
     image = np.full((8, 8, 3), 255, np.uint8)
     (chunk,) = policy.predict([{"image": image, "state": np.arange(4, dtype=np.float32), "prompt": "x"}], seed=3)
@@ -105,3 +105,18 @@ def test_adapter_feeds_raw_observations_and_runs_in_the_closed_loop():
     assert result.per_episode[0].length == 10 and result.per_episode[0].replans == 3  # 4 + 4 + 2 steps
     assert result.chunk_length == 4 and result.training_step == 7
     assert inner.seen[-1]["observation.images.front"].shape == (1, 3, 32, 32)
+
+
+def test_adapter_takes_every_camera_of_a_two_camera_recording_in_the_closed_loop():
+    """A policy trained on `--camera corner,topview` is evaluated with both views, each under its own key."""
+    inner = _StandInPolicy(horizon=4)
+    keys = ["observation.images.corner", "observation.images.topview"]
+    policy = LeRobotPolicy(inner, lambda x: x, lambda a: a, camera_keys=keys, chunk_length=4, action_dim=4, state_dim=4,
+                           fps=80.0, source={"step": 1})
+    with pytest.raises(ValueError, match="1 view"):
+        policy.predict([{"image": np.zeros((8, 8, 3), np.uint8), "state": np.zeros(4, np.float32), "prompt": "x"}])
+
+    evaluate(policy, "metaworld/reach-v3", episodes=1, seed=5, resolution=32, max_episode_steps=4)
+    seen = inner.seen[-1]
+    assert all(seen[k].shape == (1, 3, 32, 32) for k in keys)
+    assert not torch.equal(seen[keys[0]], seen[keys[1]])  # two different cameras, not one view twice

@@ -64,6 +64,23 @@ def test_env_observation_and_determinism():
         np.testing.assert_allclose(a["state"], b["state"])
 
 
+def test_two_cameras_render_both_views_and_record_one_video_each(tmp_path):
+    """`camera="corner,topview"`: the first view is the single-camera image (corner flipped upright), the second
+    another picture; recording writes one video feature per camera."""
+    with make_env(ENV, resolution=32) as one, make_env(ENV, resolution=32, camera="corner,topview") as two:
+        a, b = one.reset(7), two.reset(7)
+        assert list(b["views"]) == ["corner", "topview"] and "views" not in a
+        np.testing.assert_array_equal(b["image"], a["image"])
+        np.testing.assert_array_equal(b["views"]["corner"], a["image"])
+        assert b["views"]["topview"].shape == (32, 32, 3) and not np.array_equal(b["views"]["topview"], a["image"])
+    with pytest.raises(SimError, match="'top' does not exist"):
+        make_env(ENV, resolution=32, camera="corner,top")
+    record(ENV, 1, tmp_path / "two", resolution=32, camera="corner,topview")
+    features = LeRobotV3Dataset(tmp_path / "two").features
+    assert {k for k in features if k.startswith("observation.images.")} == {"observation.images.corner",
+                                                                          "observation.images.topview"}
+
+
 def test_a_chunk_executed_blind_ends_in_the_observation_of_stepping_with_eyes_open():
     """The closed-loop workers step a chunk without rendering and render once after its last action:
     that observation is the one a per-step rendering loop ends with, pixel for pixel."""

@@ -254,7 +254,7 @@ def test_a_lerobot_policy_judged_alone_merges_into_one_ranking_with_checkpoints(
     wm, ds = _wm(run), LeRobotV3Dataset(data)
     contract = {**wm.contract, "state_key": "observation.state"}  # the image-only world model's data; ACT reads the state
     state_dim = int(ds.features["observation.state"]["shape"][0])
-    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_key=wm.camera_keys[0],
+    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_keys=wm.camera_keys[:1],
                            chunk_length=8, action_dim=wm.action_dim, state_dim=state_dim, fps=wm.fps,
                            source={"method": "act", "step": 5}, contract=contract)
     settings = dict(episodes=EPISODES, state="recorded", max_steps=16, videos=False)
@@ -310,7 +310,7 @@ def test_policy_quality_judges_its_lerobot_rows_as_the_cli_would(runs, tmp_path,
     spec.loader.exec_module(pq)
     run, _, data, _ = runs
     wm = _wm(run)
-    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_key=wm.camera_keys[0],
+    policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_keys=wm.camera_keys[:1],
                            chunk_length=8, action_dim=wm.action_dim, fps=wm.fps, source={"method": "act", "step": 5},
                            state_dim=int(LeRobotV3Dataset(data).features["observation.state"]["shape"][0]),
                            contract={**wm.contract, "state_key": "observation.state"})

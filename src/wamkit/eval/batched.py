@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from wamkit.eval.cameras import eval_cameras, policy_observation
 from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize
 
 
@@ -41,7 +42,8 @@ def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None)
     if len(repeats) > 1:
         raise EvalError("evaluate_batched", f"the envs run at different rates {sorted({s.fps for s in specs})}",
                         "evaluate envs of one control rate together")
-    return EnvSettings(resolution=resolution, max_episode_steps=max_episode_steps, action_repeat=repeats.pop())
+    return EnvSettings(resolution=resolution, camera=eval_cameras(policy.camera_keys), max_episode_steps=max_episode_steps,
+                       action_repeat=repeats.pop())
 
 
 def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int = 1, *, workers: int = 8,
@@ -139,7 +141,7 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
             live[w].obs, live[w].budget = pool.receive(w)
         workers = sorted(live)
         t1 = time.perf_counter()
-        chunks = policy.predict([live[w].obs for w in workers], seed=seed * 1009 + timing.rounds, num_steps=steps)
+        chunks = policy.predict([policy_observation(live[w].obs, policy.camera_keys) for w in workers], seed=seed * 1009 + timing.rounds, num_steps=steps)
         t2 = time.perf_counter()
         for w, chunk in zip(workers, chunks):
             ep = live[w]

@@ -5,14 +5,15 @@ it reads (chunk_length, action_dim, state_dim, use_state, camera_keys, fps, num_
 loaded.source). Nothing here imports lerobot: the caller builds the policy and its processors.
 
 Raw observation in: `{"image": uint8 [H, W, 3], "state": float [Ds], "prompt": str}` (the prompt is
-ignored: ACT and Diffusion Policy are not language-conditioned). The image becomes float [3, H, W] in
-[0, 1] under the dataset's camera key, the state `observation.state`; LeRobot's own preprocessor
+ignored: ACT and Diffusion Policy are not language-conditioned; several cameras: `"image"` is a list of
+[H, W, 3] views in `camera_keys` order). Each view becomes float [3, H, W] in [0, 1] under its dataset
+camera key, the state `observation.state`; LeRobot's own preprocessor
 normalizes them and its postprocessor turns the predicted chunk back into raw action units.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,11 +42,13 @@ class LeRobotPolicy:
 
     use_state = True
 
-    def __init__(self, policy, preprocessor, postprocessor, *, camera_key: str, chunk_length: int, action_dim: int,
-                 state_dim: int, fps: float, source: dict | None = None, num_steps: int = 1, contract: dict | None = None):
+    def __init__(self, policy, preprocessor, postprocessor, *, camera_keys: Sequence[str], chunk_length: int,
+                 action_dim: int, state_dim: int, fps: float, source: dict | None = None, num_steps: int = 1,
+                 contract: dict | None = None):
         self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
-        self.camera_key = camera_key
-        self.camera_keys = [camera_key]
+        if isinstance(camera_keys, str) or not camera_keys:
+            raise LeRobotAdapterError("camera_keys", f"is {camera_keys!r}", "pass the list of the dataset's camera keys")
+        self.camera_keys = list(camera_keys)
         self.chunk_length, self.action_dim, self.state_dim = int(chunk_length), int(action_dim), int(state_dim)
         self.fps = float(fps)
         self.num_steps = int(num_steps)  # reported only: the policy's own config sets its sampler steps
@@ -59,18 +62,28 @@ class LeRobotPolicy:
     def _observation_batch(self, observations: list[Mapping]) -> dict:
         if isinstance(observations, Mapping) or not isinstance(observations, (list, tuple)) or not observations:
             raise LeRobotAdapterError("observations", "must be a non-empty list of dicts", "predict([obs])")
-        images, states = [], []
+        images, states = {key: [] for key in self.camera_keys}, []
         for i, obs in enumerate(observations):
-            image, state = np.asarray(obs.get("image")), np.asarray(obs.get("state"), dtype=np.float32)
-            if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
-                raise LeRobotAdapterError(f"observations[{i}]['image']", f"is {image.dtype} {image.shape}",
-                                          "pass one uint8 [H, W, 3] camera image")
+            state = np.asarray(obs.get("state"), dtype=np.float32)
+            for key, view in zip(self.camera_keys, self._views(f"observations[{i}]['image']", obs.get("image"))):
+                images[key].append(torch.from_numpy(np.ascontiguousarray(view)).permute(2, 0, 1).float() / 255.0)
             if state.shape != (self.state_dim,):
                 raise LeRobotAdapterError(f"observations[{i}]['state']", f"shape is {state.shape}",
                                           f"pass the {self.state_dim}-D robot state")
-            images.append(torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 255.0)
             states.append(torch.from_numpy(state))
-        return {self.camera_key: torch.stack(images), STATE_KEY: torch.stack(states)}
+        return {**{key: torch.stack(views) for key, views in images.items()}, STATE_KEY: torch.stack(states)}
+
+    def _views(self, where: str, image) -> list[np.ndarray]:
+        """One uint8 [H, W, 3] view per camera: the image itself for one camera, else a list in camera order."""
+        views = list(image) if isinstance(image, (list, tuple)) else [image]
+        views = [np.asarray(v) for v in views]
+        if len(views) != len(self.camera_keys):
+            raise LeRobotAdapterError(where, f"has {len(views)} view(s), the policy was trained on {self.camera_keys}",
+                                      "pass one uint8 [H, W, 3] image per camera, as a list in that order")
+        for view in views:
+            if view.dtype != np.uint8 or view.ndim != 3 or view.shape[-1] != 3:
+                raise LeRobotAdapterError(where, f"is {view.dtype} {view.shape}", "pass uint8 [H, W, 3] camera images")
+        return views
 
     @torch.no_grad()
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,

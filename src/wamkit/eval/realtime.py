@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wamkit.client.buffer import ChunkBuffer
+from wamkit.eval.cameras import policy_observation
 
 MODES = ("sync", "naive", "rtc")
 
@@ -50,7 +51,7 @@ def run_episode(policy, env, obs: dict, *, mode: str, delay: int, horizon: int, 
     pending, last = None, None  # (chunk, tick it is ready)
     while out.ticks < budget:
         if pending is None and buffer.due():
-            request = dict(obs)
+            request = dict(policy_observation(obs, policy.camera_keys))
             if mode == "rtc" and buffer.chunk is not None:
                 request.update(committed_actions=buffer.committed(), inference_delay=delay)
             chunk = policy.predict([request], seed=seed * 1009 + out.replans, num_steps=num_steps)[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from wamkit.errors import WamkitError
+from wamkit.eval.cameras import eval_cameras
 from wamkit.eval.realtime import MODES, check_schedule, run_episode
 from wamkit.policy.policy import load_policy
 
@@ -100,9 +101,6 @@ def _training_resolution(policy) -> int | None:
 
 
 def _check_pairing(policy, spec) -> None:
-    if len(policy.camera_keys) > 1:
-        raise EvalError("evaluate", f"the policy was trained on {len(policy.camera_keys)} cameras {policy.camera_keys}; "
-                        f"{spec.name} renders one", "evaluate a single-camera policy")
     if policy.action_dim != spec.action_dim:
         raise EvalError("evaluate", f"the policy outputs {policy.action_dim}-D actions, {spec.name} takes "
                         f"{spec.action_dim}-D {list(spec.action_names)}", "evaluate on the env its data was recorded in")
@@ -173,6 +171,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     seam_changes: list[float] = []
     step_changes: list[float] = []
     videos_written = {True: 0, False: 0}  # per outcome
+    camera = eval_cameras(policy.camera_keys, camera)  # a policy of several cameras sees them all
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):

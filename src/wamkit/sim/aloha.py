@@ -220,10 +220,7 @@ class AlohaTransferCubeEnv(SimEnv):
         return self._physics.data.qpos[self._box_qadr:self._box_qadr + 3].copy()
 
     def _obs(self) -> dict:
-        obs = {"image": self.render(), "state": self.joint_state(), "prompt": self.spec.task}
-        if len(self.cameras) > 1:
-            obs["views"] = {self.camera: obs["image"], **{c: self.render(c) for c in self.cameras[1:]}}
-        return obs
+        return self._with_views({"image": self.render(), "state": self.joint_state(), "prompt": self.spec.task})
 
     def reset(self, seed: int) -> dict:
         self._aloha_sim.BOX_POSE[0] = self._sample_box_pose(int(seed))

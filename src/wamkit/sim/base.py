@@ -91,6 +91,14 @@ class SimEnv:
         """The observation of the current state, as `step` would have returned it."""
         return self._obs()
 
+    def _with_views(self, obs: dict) -> dict:
+        """`obs` with `"views"` = {camera: image} (the first camera's is `obs["image"]`) when this env
+        renders several cameras; adapters that set `multi_camera` call it from `_obs` and define
+        `render(camera)`."""
+        if len(self.cameras) > 1:
+            obs["views"] = {self.camera: obs["image"], **{c: self.render(c) for c in self.cameras[1:]}}
+        return obs
+
     def expert_action(self) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -129,7 +137,7 @@ class SimEnv:
         self.cameras = [c.strip() for c in (camera or spec.camera).split(",") if c.strip()]
         if len(self.cameras) > 1 and not self.multi_camera:
             raise SimError(f"sim env {spec.name!r}: camera", f"{camera!r} names {len(self.cameras)} cameras; this env "
-                           "renders one", "name a single camera (several are supported for aloha/transfer-cube)")
+                           "renders one", "name a single camera (several are supported for Meta-World and aloha/transfer-cube)")
         self.camera = self.cameras[0]
         self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
         if self.max_episode_steps < 1:

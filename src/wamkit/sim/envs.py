@@ -16,6 +16,8 @@ Meta-World (`metaworld==3.1.1`, `mujoco==3.3.0`), goal-observable v3 tasks:
   dataset row per env step, no subsampling.
 * camera = the fixed `corner` camera rotated by 180° (Meta-World's corner cameras render upside
   down), rendered with shadows, reflections and multisampling off (software GL is ~5x faster).
+  `camera="corner,topview"` renders several (observation `"views"`, recorded as
+  `observation.images.<camera>`): one view cannot place a goal in depth, two can.
 * success = `info["success"]` of the env step.
 """
 
@@ -88,19 +90,21 @@ class MetaWorldEnv(SimEnv):
         self._env.seeded_rand_vec = True
         self._expert = ENV_POLICY_MAP[task]()
         self._fast_renderer(mujoco, self._env.model)
-        self._flip = self.camera.startswith("corner")
         self._raw_obs: np.ndarray | None = None
         self._steps = -1
 
-    def render(self) -> np.ndarray:
-        self._renderer.update_scene(self._env.data, camera=self._camera_id)
+    multi_camera = True
+
+    def render(self, camera: str | None = None) -> np.ndarray:
+        camera = camera or self.camera
+        self._renderer.update_scene(self._env.data, camera=self._camera_ids[camera])
         img = self._renderer.render()
-        if self._flip:
+        if camera.startswith("corner"):  # Meta-World's corner cameras render upside down
             img = img[::-1, ::-1]
         return np.ascontiguousarray(img)
 
     def _obs(self) -> dict:
-        return {"image": self.render(), "state": self._raw_obs[:4].astype(np.float32), "prompt": self.spec.task}
+        return self._with_views({"image": self.render(), "state": self._raw_obs[:4].astype(np.float32), "prompt": self.spec.task})
 
     def reset(self, seed: int) -> dict:
         self._env.seed(int(seed))

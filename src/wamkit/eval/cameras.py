@@ -1,0 +1,43 @@
+"""Which simulator cameras a closed-loop evaluation renders, and how their views reach the policy.
+
+A policy trained on several cameras (a recording made with `wamkit sim record --camera corner,topview`, keys
+`observation.images.<camera>`) is evaluated with the same cameras: the env renders them all (observation
+`"views"` = {camera: image}) and the policy gets them as one list in its own camera order, the order its
+training canvas tiled them in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from wamkit.errors import WamkitError
+
+
+class CameraError(WamkitError, ValueError):
+    """The env's cameras do not match the policy's."""
+
+
+def camera_name(key: str) -> str:
+    """A dataset camera key's simulator camera: `observation.images.corner` -> `corner`."""
+    return key.rsplit(".", 1)[-1]
+
+
+def eval_cameras(camera_keys: Sequence[str], camera: str | None = None) -> str | None:
+    """The `camera` argument for the env: the one asked for, else the policy's cameras when it has several,
+    else None (the env's default camera: single-camera recordings name their key after no camera)."""
+    if camera is not None:
+        return camera
+    return ",".join(camera_name(k) for k in camera_keys) if len(camera_keys) > 1 else None
+
+
+def policy_observation(obs: Mapping, camera_keys: Sequence[str]) -> Mapping:
+    """An env observation as the policy takes it: for a policy of several cameras, `image` becomes the
+    list of the env's views in the policy's camera order."""
+    if len(camera_keys) < 2:
+        return obs
+    views = obs.get("views") or {}
+    missing = [k for k in camera_keys if camera_name(k) not in views]
+    if missing:
+        raise CameraError("evaluate: cameras", f"the env renders {list(views) or 'one camera'}, the policy was trained on "
+                          f"{list(camera_keys)} ({missing[0]!r} is missing)",
+                          f"render the policy's cameras: --camera {eval_cameras(camera_keys)}")
+    return {**obs, "image": [views[camera_name(k)] for k in camera_keys]}
