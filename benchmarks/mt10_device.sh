@@ -78,7 +78,12 @@ fi
 read -r -a extra <<< "${POLICY_EXTRA:-}"; POLICY_SET+=("${extra[@]}")
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
+# CAMERA: the recording's cameras, e.g. CAMERA=corner,topview (one view cannot place reach/push/pick-place's goal marker
+# in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
+# PHASE=1 trains the policy alone and PHASE=2 does not judge.
+CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
+[ "$CAMERA" = corner ] || DATA=${DATA}_${CAMERA//,/_}
 mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
 # PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
@@ -93,7 +98,7 @@ wamkit() { $PY -m wamkit.cli "$@"; }
 record() {
   [ -f "$DATA/meta/info.json" ] && return
   stamp "record $ENVS x $EPS ($W workers)"
-  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$DATA" --seed 0 --resolution 64 \
+  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$DATA" --seed 0 --resolution 64 --camera "$CAMERA" \
     > "$LOG/record.log" 2>&1 || { tail -20 "$LOG/record.log"; exit 1; }
   tail -1 "$LOG/record.log"
 }
@@ -116,7 +121,8 @@ phase1() {
   local fractions; fractions=$($PY -c "n = $CKPTS - 2; print([0.05, 0.125] + [round((i + 1) / n, 3) for i in range(n)])")
   train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
     --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
-  train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
+  [[ $CAMERA == *,* ]] || train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" \
+    --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
   wait
   for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$LOG/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
   grep -h "samples/s\|first step\|train rc" "$LOG"/train_*.log | tail -8
@@ -150,6 +156,7 @@ pack1() {  # after every stage, so a call cut at its limit still sends back what
 }
 
 judge() {  # the world model ranks the checkpoints (policies and sim reports in the same step order)
+  [[ $CAMERA == *,* ]] && { stamp "judge skipped: CAMERA=$CAMERA (the judge takes single-camera models)"; return; }
   local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
   local policies=() reports=() step
