@@ -146,7 +146,7 @@ phase1() {
   pack1
   wait "$judge_pid"
   stamp "judge done"
-  tail -3 "$LOG/judge.log"
+  [ -f "$LOG/judge.log" ] && tail -3 "$LOG/judge.log"
   pack1
 }
 
