@@ -65,16 +65,13 @@ def average(counts: dict[str, tuple[int, int]]) -> dict:
 
 def spearman_with_p(scores: list[float], success: list[float]) -> dict:
     """Spearman's rho of the world model's scores against sim success, and its two-sided p-value."""
-    from wamkit.worldmodel.policy_eval import EXACT_P_MAX_N, spearman, spearman_p_exact
+    from wamkit.worldmodel.policy_eval import spearman, spearman_p
 
     rho = spearman(scores, success)
     if rho is None:
         return {"rho": None, "p": None, "n": len(scores), "p_method": "undefined: constant ranks"}
-    if len(scores) <= EXACT_P_MAX_N:
-        return {"rho": rho, "p": spearman_p_exact(scores, success), "n": len(scores), "p_method": "exact permutation"}
-    from scipy.stats import spearmanr
-
-    return {"rho": rho, "p": float(spearmanr(scores, success).pvalue), "n": len(scores), "p_method": "scipy t approximation"}
+    p, method = spearman_p(scores, success)
+    return {"rho": rho, "p": p, "n": len(scores), "p_method": method}
 
 
 def curve_points(curve_dir: Path) -> list[dict]:
@@ -158,13 +155,17 @@ def main(argv=None) -> int:
     if not per_method:
         raise SystemExit(f"nothing to report: neither {final} nor a curve nor phase 2's results are there")
     averages = {m: average(c) for m, c in per_method.items()}
-    judge = judge_summary(one / "eval/judge/report.json")
+    # the headline ranking is PHASE=2's merge (wamkit's checkpoints, ACT and DP) when it came back, else PHASE=1's
+    checkpoints_only = judge_summary(one / "eval/judge/report.json")
+    merged = judge_summary(two / "eval/judge_all/report.json")
+    judge = merged or checkpoints_only
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table(per_method, averages))
     if points:
         plot(points, averages, args.out / "success_vs_step.png")
     (args.out / "summary.json").write_text(json.dumps({"per_task": per_method, "average": averages, "curve": points,
-                                                       "judge": judge, "notes": notes}, indent=2))
+                                                       "judge": judge, "judge_checkpoints_only": checkpoints_only,
+                                                       "notes": notes}, indent=2))
     print(table(per_method, averages))
     for note in notes:
         print(f"note: {note}")
@@ -172,10 +173,16 @@ def main(argv=None) -> int:
     if judge is None:
         print("wm_rank_spearman: no judge report in phase 1")
     else:
-        rho = "undefined" if judge["rho"] is None else f"{judge['rho']:.3f}"
-        p_text = "" if judge["p"] is None else f" p={judge['p']:.3g}"
-        print(f"wm_rank_spearman={rho} n={judge['n']}{p_text} ({judge['p_method']})")
+        print(f"wm_rank_spearman={_rho_text(judge)}")
+    if merged and checkpoints_only:
+        print(f"(wamkit's checkpoints alone: {_rho_text(checkpoints_only)})")
     return 0
+
+
+def _rho_text(judge: dict) -> str:
+    rho = "undefined" if judge["rho"] is None else f"{judge['rho']:.3f}"
+    p_text = "" if judge["p"] is None else f" p={judge['p']:.3g}"
+    return f"{rho} n={judge['n']}{p_text} ({judge['p_method']})"
 
 
 if __name__ == "__main__":

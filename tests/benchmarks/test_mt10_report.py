@@ -57,6 +57,23 @@ def test_report_pools_intervals_and_prints_measured_lines(tmp_path, monkeypatch,
     assert (tmp_path / "out" / "success_vs_step.png").stat().st_size > 0
 
 
+def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatch, capsys):
+    """PHASE=2's merge (checkpoints, ACT, DP: 9 policies) heads the line, drawn p-value named; PHASE=1's own after it."""
+    report = _load(monkeypatch, "mt10_report")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
+    rows = [{"label": f"p{i}", "score": float(i), "success_rate": 0.1 * i} for i in range(9)]
+    _write(one / "eval/judge/report.json", {"policies": rows[:7]})
+    rows[7]["score"], rows[8]["score"] = 0.5, 1.5  # ACT and DP, best in the sim, judged poorly
+    _write(two / "eval/judge_all/report.json", {"policies": rows})
+    assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    merged = report.spearman_with_p([r["score"] for r in rows], [r["success_rate"] for r in rows])
+    assert merged["n"] == 9 and merged["p_method"].startswith("permutation") and merged["rho"] < 0.9
+    assert f"wm_rank_spearman={merged['rho']:.3f} n=9 p={merged['p']:.3g}" in out
+    assert "(wamkit's checkpoints alone: 1.000 n=7" in out
+
+
 def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monkeypatch, capsys):
     """Phase 1 cut before its final evaluation and phase 2 without DP (the first H200 run): the curve's
     last checkpoint stands in for wamkit with a note, DP reads unmeasured, nothing is invented."""

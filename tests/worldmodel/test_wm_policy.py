@@ -331,3 +331,14 @@ def test_policy_quality_judges_its_lerobot_rows_as_the_cli_would(runs, tmp_path,
     broken = pq.Row("diffusion")
     assert not pq.judge_row(SimpleNamespace(**{**vars(args), "judge_world_model": str(tmp_path / "no_model")}), policy, broken, out, 8)
     assert "error" in broken.extra["judge"] and broken.status == "pending"  # judge_row leaves the status (the sim result) alone
+
+
+def test_p_value_beyond_enumeration_is_drawn_and_agrees_with_the_exact_one():
+    """Nine or more policies: a seeded permutation p-value, close to the exact one where both exist."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=8), rng.normal(size=8)
+    assert PE.spearman_p_permutation(x, y) == pytest.approx(PE.spearman_p_exact(x, y), abs=0.01)
+    p, method = PE.spearman_p(list(range(9)), list(range(9)))
+    assert method.startswith("permutation") and 0 < p < 1e-4  # 2 of 9! orderings reach |rho| = 1
+    assert PE.rank_correlation(list(range(9)), [0, 1, 2, 3, 4, 5, 6, 8, 7])["spearman_p"] < 0.001
+    assert PE.spearman_p_permutation([1, 2, 3], [5, 5, 5]) is None

@@ -44,6 +44,7 @@ from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, 
 STATE_MODES = ("none", "recorded")
 SCORES = ("best", "final")
 EXACT_P_MAX_N = 8  # n! orderings enumerated for the permutation p-value
+PERMUTATION_DRAWS = 100_000  # seeded random orderings for the p-value beyond EXACT_P_MAX_N policies
 POLICY_MODES = ("policy", "mixed")
 
 
@@ -256,10 +257,30 @@ def spearman_p_exact(x, y) -> float | None:
     return float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
 
 
+def spearman_p_permutation(x, y, draws: int = PERMUTATION_DRAWS, seed: int = 0) -> float | None:
+    """Two-sided permutation p-value of Spearman's rho from `draws` seeded random orderings, for policy counts
+    whose n! orderings are too many to enumerate: (hits + 1) / (draws + 1), never 0 (None for an undefined rho)."""
+    rho = spearman(x, y)
+    if rho is None:
+        return None
+    rx, ry = average_ranks(x), average_ranks(y)
+    perms = np.random.default_rng(seed).permuted(np.broadcast_to(rx, (draws, len(rx))), axis=1)
+    rhos = _pearson_rows(perms, np.broadcast_to(ry, perms.shape))
+    return float((np.sum(np.abs(rhos) >= abs(rho) - 1e-12) + 1) / (draws + 1))
+
+
+def spearman_p(x, y) -> tuple[float | None, str]:
+    """(two-sided p-value of Spearman's rho, how it was computed): exact up to EXACT_P_MAX_N policies, else drawn."""
+    if len(x) <= EXACT_P_MAX_N:
+        return spearman_p_exact(x, y), "exact permutation"
+    return spearman_p_permutation(x, y), f"permutation, {PERMUTATION_DRAWS:,} seeded draws"
+
+
 def rank_correlation(predicted, true) -> dict:
-    """Spearman, Kendall and the exact p-value of predicted scores against true success rates."""
+    """Spearman, Kendall and the p-value of predicted scores against true success rates."""
+    p, method = spearman_p(predicted, true)
     out = {"n": len(predicted), "spearman_rho": spearman(predicted, true), "kendall_tau_b": kendall_tau_b(predicted, true),
-           "spearman_p_exact": spearman_p_exact(predicted, true)}
+           "spearman_p_exact": spearman_p_exact(predicted, true), "spearman_p": p, "spearman_p_method": method}
     if out["spearman_rho"] is None:
         out["note"] = "undefined: the true success rates (or the predicted scores) are all equal"
     return out
@@ -334,7 +355,8 @@ def summary_lines(report: dict) -> list[str]:
                      f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} |")
     for name, ref in report["references"].items():
         lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | |")
-    return lines + ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** (exact two-sided p {_fmt(c['spearman_p_exact'])}), "
+    return lines + ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** (two-sided p {_fmt(c.get('spearman_p', c['spearman_p_exact']))}, "
+                    f"{c.get('spearman_p_method', 'exact permutation')}), "
                     f"Kendall tau-b {_fmt(c['kendall_tau_b'])}, n = {c['n']} policies. " + c.get("note", "")]
 
 
