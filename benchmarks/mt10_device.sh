@@ -22,10 +22,10 @@
 #                              side, each trainer.time_budget_s (the steps
 #                              and the LR schedule fitted to the box; the
 #                              run ends ~15 s before TRAIN_S)
-#   closed loop, seed 1000     curve: CKPTS=6 (+ the last) x 5/task 108;      ACT, DP: 50/task each ~120
-#                              final: 50/task (500 episodes) 107, with
-#   world-model judge          7 checkpoints (79 s alone) beside it
-#   total                      ~560 (584.5 s measured at TRAIN_S=270 with the judge after the final)  ~480
+#   closed loop, seed 1000     curve: CKPTS=6 (+ the last) x 5/task 121;      ACT, DP: 50/task side by side
+#                              final: 50/task (500 episodes) 100, with        (59 and 139 s) and their judge
+#   world-model judge          7 checkpoints beside it (124 s together)       scores; the merge 15
+#   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
 #
 # PHASE=sweep trains recipe variants (VARIANTS) side by side for TRAIN_S each and evaluates each at
 # EPISODES/task: which knob to carry into PHASE=1. PHASE=profile takes the training step and the closed loop
