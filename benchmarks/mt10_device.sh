@@ -27,6 +27,9 @@
 #   world-model judge          7 checkpoints beside it (124 s together)       scores; the merge 15
 #   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
 #
+# PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
+# under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon; ~2 minutes at EPISODES=20):
+#   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
 # PHASE=sweep trains recipe variants (VARIANTS) side by side for TRAIN_S each and evaluates each at
 # EPISODES/task: which knob to carry into PHASE=1. PHASE=profile takes the training step and the closed loop
 # apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
@@ -47,7 +50,7 @@
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
 # Everything comes back under $OUT: the logs (logs_phase<N>.tgz), results.json and reports (mt10_phase<N>.tgz), the plot.
 set -uo pipefail
-PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
+PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), eval (the PHASE=1 policy under sampler variants: EVAL_VARIANTS), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -87,7 +90,11 @@ LOG=$WORK/logs; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
 mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
 # PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
-if [ "$PHASE" = 2 ]; then rm -rf "$EV/act" "$EV/diffusion" "$EV/judge_all" "$LOG"; else rm -rf "$RUNS" "$EV" "$LOG"; fi
+case $PHASE in
+  2) rm -rf "$EV/act" "$EV/diffusion" "$EV/judge_all" "$LOG" ;;
+  eval) rm -rf "$EV"/sampler_* "$LOG" ;;  # PHASE=1's policy and reports stay: this phase evaluates them again
+  *) rm -rf "$RUNS" "$EV" "$LOG" ;;
+esac
 mkdir -p "$LOG"
 T0=$(date +%s)
 # the logs live in $LOG and come back as one archive ($OUT returns a few files only), packed after every stage
@@ -232,6 +239,27 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     echo "$name: $(grep -h "average of" "$LOG/eval_$name.log" || tail -5 "$LOG/eval_$name.log")"
   done
   stamp "sweep done"
+}
+
+phaseeval() {  # PHASE=1's policy, still on this warm machine, evaluated under sampler/execution variants side by side
+  # EVAL_VARIANTS="name:eval-sim flags;..." (default below): denoising steps and the executed horizon, which training
+  # does not fix. Run it right after PHASE=1 (or PHASE=2); on a fresh machine it says so and stops.
+  local ckpt; ckpt=$(ls -d "$RUNS"/policy/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  [ -n "$ckpt" ] || { stamp "no PHASE=1 policy on this machine (a fresh start): nothing to evaluate"; return 1; }
+  local variants=${EVAL_VARIANTS:-"n5:--num-steps 5;n20:--num-steps 20;h4:--horizon 4"} names=() spec name args
+  IFS=';' read -r -a specs <<< "$variants"
+  local share=$(( W / ${#specs[@]} > 0 ? W / ${#specs[@]} : 1 ))
+  stamp "closed loop: $ckpt under ${#specs[@]} variants side by side at $EPISODES/task, $share workers each"
+  for spec in "${specs[@]}"; do
+    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; names+=("$name")
+    wamkit eval sim "$ckpt" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
+      --device "$DEVICE" "${args[@]}" --out "$EV/sampler_$name" > "$LOG/eval_$name.log" 2>&1 &
+  done
+  wait
+  for name in "${names[@]}"; do
+    echo "$name: $(grep -h "average of" "$LOG/eval_$name.log" || tail -5 "$LOG/eval_$name.log")"
+  done
+  tar czf "$OUT/mt10_phaseeval.tgz" -C "$WORK" --exclude='*.mp4' $(cd "$WORK" && ls -d eval/sampler_* 2>/dev/null)
 }
 
 phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing line), a short policy on a small recording

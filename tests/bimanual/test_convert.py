@@ -128,7 +128,7 @@ def test_cli_reports_errors_without_traceback(aloha, tmp_path, capsys):
 
 def test_single_camera_env_refuses_several():
     with pytest.raises(SimError, match="renders one"):
-        make_env("metaworld/reach-v3", camera="corner,corner2")
+        make_env("so101/pick-place", camera="front,top")
 
 
 def test_cli_bundle_output_is_json(aloha, tmp_path, capsys):
