@@ -141,7 +141,8 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
             live[w].obs, live[w].budget = pool.receive(w)
         workers = sorted(live)
         t1 = time.perf_counter()
-        chunks = policy.predict([policy_observation(live[w].obs, policy.camera_keys) for w in workers], seed=seed * 1009 + timing.rounds, num_steps=steps)
+        observations = [policy_observation(live[w].obs, policy.camera_keys) for w in workers]
+        chunks = policy.predict(observations, seed=seed * 1009 + timing.rounds, num_steps=steps)
         t2 = time.perf_counter()
         for w, chunk in zip(workers, chunks):
             ep = live[w]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from wamkit.errors import WamkitError
+from wamkit.eval.cameras import camera_name
 from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError, load_policy
 from wamkit.serve.activity import RequestLog, startup_summary
 from wamkit.serve.camera_size import contract_sizes, fit_camera_sizes
@@ -48,10 +49,6 @@ REQUEST_KEYS = ("images", *IMAGE_KEYS, *STATE_KEYS, "prompt", "seed", *RTC_KEYS)
 
 
 # ---- request -> Policy observation ------------------------------------------------------------
-
-def _short_camera_name(key: str) -> str:
-    return key.rsplit(".", 1)[-1]
-
 
 def _one_of(request: Mapping, names: tuple[str, ...]):
     present = [n for n in names if n in request]
@@ -107,7 +104,7 @@ def _camera_views(images: Any, camera_keys: list[str]) -> list[np.ndarray]:
         raise ProtocolError("request['images']", f"must be a dict {{camera_key: image}}, got {type(images).__name__}")
     by_name: dict[str, Any] = {}
     for key, value in images.items():
-        matches = [c for c in camera_keys if key in (c, _short_camera_name(c))]
+        matches = [c for c in camera_keys if key in (c, camera_name(c))]
         if not matches:
             raise ProtocolError(f"request['images'][{key!r}]", f"is not a camera of this model {camera_keys}",
                                 "send exactly the model's cameras (full key or its last part)")
