@@ -65,6 +65,17 @@ def vector_column(values: np.ndarray) -> pa.Array:
 
 
 DEFAULT_CAMERA_KEY = "observation.images.front"
+CAMERA_KEY_PREFIX = "observation.images."
+
+
+def camera_key(camera: str) -> str:
+    """A camera's dataset key, as LeRobot names its cameras: `corner` -> `observation.images.corner`."""
+    return CAMERA_KEY_PREFIX + camera
+
+
+def camera_name(key: str) -> str:
+    """A dataset camera key's camera name: `observation.images.corner` -> `corner`."""
+    return key.rsplit(".", 1)[-1]
 
 
 @dataclass

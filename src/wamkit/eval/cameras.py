@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from wamkit.data.writer import camera_name
 from wamkit.errors import WamkitError
 
 
 class CameraError(WamkitError, ValueError):
     """The env's cameras do not match the policy's."""
-
-
-def camera_name(key: str) -> str:
-    """A dataset camera key's simulator camera: `observation.images.corner` -> `corner`."""
-    return key.rsplit(".", 1)[-1]
 
 
 def eval_cameras(camera_keys: Sequence[str], camera: str | None = None) -> str | None:

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from wamkit.data.writer import camera_name
 from wamkit.errors import WamkitError
-from wamkit.eval.cameras import camera_name
 from wamkit.policy.policy import RTC_KEYS, Policy, PolicyInputError, load_policy
 from wamkit.serve.activity import RequestLog, startup_summary
 from wamkit.serve.camera_size import contract_sizes, fit_camera_sizes

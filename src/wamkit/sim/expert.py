@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wamkit.data.writer import RecordedEpisode
+from wamkit.data.writer import RecordedEpisode, camera_key
 
 
 def episode_seed(seed: int, attempt: int) -> int:
@@ -40,5 +40,5 @@ def _stack_frames(frames: list) -> np.ndarray | dict[str, np.ndarray]:
     """One camera: [L, H, W, 3]. Several (observations with "views"): one such array per camera,
     keyed `observation.images.<camera>` as LeRobot names its ALOHA cameras."""
     if isinstance(frames[0], dict):
-        return {f"observation.images.{name}": np.stack([f[name] for f in frames]) for name in frames[0]}
+        return {camera_key(name): np.stack([f[name] for f in frames]) for name in frames[0]}
     return np.stack(frames)
