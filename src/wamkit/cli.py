@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--resolution", type=int, default=None, help="frame size (default: the training dataset's)")
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
+    eval_sim.add_argument("--noise-scale", type=float, default=1.0, help="scale of the noise each chunk's sampling starts "
+                          "from: 1 = the trained distribution, < 1 nearer its mode, 0 = one chunk whatever the seed")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     eval_sim.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)

@@ -120,3 +120,16 @@ def test_use_ema_without_ema_weights_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="use_ema=False"):
         Policy.from_checkpoint(run)
     assert Policy.from_checkpoint(run, use_ema=False, num_steps=2).predict([_obs(0)])[0].shape == (8, 3)
+
+
+def test_noise_scale_zero_samples_one_chunk_whatever_the_seed(run_dir):
+    """The sampler's starting noise, scaled: at 0 every seed gives the mode-seeking chunk, at 1 seeds differ."""
+    from wamkit.policy.policy import load_policy
+
+    cold = load_policy(run_dir, num_steps=4, noise_scale=0.0)
+    np.testing.assert_array_equal(cold.predict([_obs(0)], seed=11)[0], cold.predict([_obs(0)], seed=12)[0])
+    warm = load_policy(run_dir, num_steps=4)
+    assert warm.noise_scale == 1.0
+    assert not np.allclose(warm.predict([_obs(0)], seed=11)[0], cold.predict([_obs(0)], seed=11)[0])
+    with pytest.raises(PolicyInputError, match="noise_scale"):
+        load_policy(run_dir, noise_scale=-0.5)

@@ -82,7 +82,7 @@ def sample_policy(
     model, processor, video_tokenizer, text_tokenizer, observations: list[PolicyInput], num_steps: int,
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
     uncond_prompt: str = "", cache_text: bool = True, video_prediction: str = "velocity",
-    action_prediction: str = "velocity", reuse_text_kv: bool = False,
+    action_prediction: str = "velocity", reuse_text_kv: bool = False, noise_scale: float = 1.0,
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -96,7 +96,11 @@ def sample_policy(
     `video_prediction` / `action_prediction`: what the network's video / action outputs are (the
     run's `diffusion.video_prediction` / `action_prediction`). An observation with `inpaint` is
     steered towards its committed actions (real-time chunking, wamkit.diffusion.rtc): one extra
-    backward per denoising step through the pack."""
+    backward per denoising step through the pack. `noise_scale` multiplies the noise the chunk (video and
+    actions) starts from: 1 samples the trained distribution, < 1 nearer its mode, 0 gives the same chunk
+    for every seed (the draws are made either way, so a generator advances alike)."""
+    if not noise_scale >= 0:
+        raise ValueError(f"noise_scale is {noise_scale}; it must be >= 0 (1 = the trained distribution)")
     max_action_dim = int(model.config.action_dim)
     _check_inputs(observations, max_action_dim)
     if len({o.chunk_length for o in observations}) > 1:
@@ -116,9 +120,9 @@ def sample_policy(
     for obs, gen, first in zip(observations, gens, first_latents):
         mask = torch.zeros(max_action_dim)
         mask[: obs.action_dim] = 1.0
-        video = torch.randn((first.shape[0], t, *first.shape[1:]), generator=gen)
+        video = torch.randn((first.shape[0], t, *first.shape[1:]), generator=gen) * noise_scale
         video[:, 0] = first
-        actions = torch.randn((obs.chunk_length, max_action_dim), generator=gen) * mask
+        actions = torch.randn((obs.chunk_length, max_action_dim), generator=gen) * mask * noise_scale
         clean = []
         if obs.state is not None:
             actions = torch.cat([obs.state.float().cpu().unsqueeze(0), actions])

@@ -10,6 +10,12 @@ from typing import Sequence
 
 
 
+def _sampler(result) -> str:
+    """The sampler a result was measured with: its denoising steps, and the noise scale when not the trained one."""
+    scale = getattr(result, "noise_scale", 1.0)
+    return f"{result.num_steps} denoising steps" + ("" if scale == 1.0 else f" from noise x {scale:g}")
+
+
 def _fmt_len(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -30,7 +36,7 @@ def write_report(result, out_dir: str | Path) -> Path:
         f"- mean episode length: {result.mean_episode_length:.1f} steps (successful episodes: "
         f"{_fmt_len(result.mean_success_length)}); budget {result.max_episode_steps} steps",
         f"- re-planning: chunks of {result.chunk_length}, executing {result.execute_horizon} actions open-loop; "
-        f"{result.num_steps} denoising steps per chunk",
+        f"{_sampler(result)} per chunk",
         f"- frames {result.resolution}x{result.resolution} px; episode seeds from seed {result.seed}; "
         f"{result.seconds:.1f} s wall",
         f"- inference delay {result.inference_delay} control steps, mode {result.mode}; mean squared action change "
@@ -60,8 +66,8 @@ def write_realtime_table(results, out_dir: str | Path) -> Path:
     (out / "realtime.json").write_text(json.dumps(rows, indent=2))
     first = results[0]
     lines = [f"# Inference delay: {first.env_name}", "",
-             f"chunks of {first.chunk_length}, {first.execute_horizon} actions executed per chunk, {first.num_steps} "
-             f"denoising steps; budget {first.max_episode_steps} control steps (pauses count); episode seeds from {first.seed}", "",
+             f"chunks of {first.chunk_length}, {first.execute_horizon} actions executed per chunk, "
+             f"{_sampler(first)}; budget {first.max_episode_steps} control steps (pauses count); episode seeds from {first.seed}", "",
              "| delay (steps) | mode | success | 95% CI | seam jerk | step jerk | seams | control steps | steps moving |",
              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
@@ -161,7 +167,7 @@ def write_suite_report(suite, out_dir: str | Path) -> Path:
         f"({suite.successes}/{suite.episodes} episodes; 95% Wilson interval of the pooled episodes "
         f"{lo:.3f} – {hi:.3f}, which is the average's own since every task has {first.episodes} episodes)",
         f"- episode seeds from seed {first.seed} in every task; chunks of {first.chunk_length}, executing "
-        f"{first.execute_horizon} open-loop; {first.num_steps} denoising steps; {first.resolution}x{first.resolution} px; "
+        f"{first.execute_horizon} open-loop; {_sampler(first)}; {first.resolution}x{first.resolution} px; "
         f"{suite.seconds:.1f} s wall", "",
         "| task | success | 95% CI | mean length | success video | failure video | report |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -78,6 +78,7 @@ class EvalResult:
     step_jerk: float | None = None  # the same over every pair of consecutive actions (the baseline)
     seams: int = 0
     timing: dict | None = None  # batched evaluation only: policy / simulator seconds (wamkit.eval.batched.Timing)
+    noise_scale: float = 1.0  # the sampler's starting noise scale (wamkit.policy.load_policy)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -216,7 +217,8 @@ def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, b
         mean_success_length=float(np.mean(ok_lengths)) if ok_lengths else None, execute_horizon=horizon,
         chunk_length=policy.chunk_length, max_episode_steps=budget, resolution=resolution, seed=seed,
         num_steps=num_steps, policy_source=source, training_step=int(step) if step is not None and int(step) >= 0 else None,
-        seconds=seconds, per_episode=per_episode, out_dir=str(out_dir) if out_dir is not None else None, **realtime)
+        seconds=seconds, per_episode=per_episode, out_dir=str(out_dir) if out_dir is not None else None,
+        noise_scale=float(getattr(policy, "noise_scale", 1.0)), **realtime)
 
 
 def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], out_dir: str | Path,

@@ -118,7 +118,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], episodes: int, seed: int = 1, *,
                          out_dir: str | Path, num_steps: int = 10, workers: int = 0, device: str = "cpu", dtype: str = "auto",
-                         **kwargs) -> list:
+                         noise_scale: float = 1.0, **kwargs) -> list:
     """Evaluate every checkpoint of a run (each into out_dir/step_<N>/) in one env or a suite (a list of env
     names, or a string naming envs/suites), then write out_dir/report.md, out_dir/results.json and
     out_dir/success_vs_step.png (or .svg without matplotlib)."""
@@ -129,7 +129,7 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     results = []
     with _pool(run_dir, names, workers, kwargs) as pool:
         for iteration in list_checkpoints(run_dir):
-            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype)
+            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale)
             step = int(iteration.name.split("_")[1])
             results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
                                          pool=pool, **kwargs))
@@ -173,7 +173,9 @@ def eval_sim_main(args) -> int:
                   max_episode_steps=getattr(args, "max_steps", None), num_steps=getattr(args, "num_steps", None) or 10,
                   verbose=True)
     workers = getattr(args, "workers", 0) or 0
-    place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"))  # where the policy computes, in what
+    # where the policy computes, in what, and how far from the mode it samples
+    place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"),
+                 noise_scale=getattr(args, "noise_scale", 1.0))
     delays = getattr(args, "inference_delay", None)
     if delays is not None:  # simulated latency: one env, every (delay, mode) pair, realtime.md
         if len(names) != 1:

@@ -52,6 +52,7 @@ class Policy(ContractModel):
             raise WamkitError("rtc_max_guidance", f"is {rtc_max_guidance}", "use a guidance clip >= 0 (the paper uses 5)")
         self._init_contract(loaded)
         self.num_steps = int(num_steps)
+        self.noise_scale = 1.0  # the sampler's starting noise, x this (load_policy's noise_scale; sample_policy says why)
         self.guidance = float(guidance)
         self.cache_text = bool(cache_text)
         self.rtc_max_guidance = float(rtc_max_guidance)
@@ -260,7 +261,7 @@ class Policy(ContractModel):
             num_steps=num_steps or self.num_steps, shift=shifts.pop(), generator=generator, fps=self.fps,
             guidance=self.guidance if guidance is None else guidance, cache_text=self.cache_text,
             video_prediction=self.video_prediction, action_prediction=self.action_prediction,
-            reuse_text_kv=self.cache_text,
+            reuse_text_kv=self.cache_text, noise_scale=self.noise_scale,
         )
 
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,
@@ -273,10 +274,16 @@ class Policy(ContractModel):
 
 
 def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_ema: bool = True,
-                dtype: str | torch.dtype = "auto") -> Policy:
+                dtype: str | torch.dtype = "auto", noise_scale: float = 1.0) -> Policy:
     """What `wamkit serve` and `wamkit eval` load: an export directory (has wamkit.json), a run
     directory or a checkpoints/iter_<N> directory, local or in object storage; `dtype`: what it
-    computes in (wamkit.device.resolve_inference_dtype)."""
+    computes in (wamkit.device.resolve_inference_dtype); `noise_scale`: the sampler's starting noise
+    scale (1 = the trained distribution, < 1 samples nearer the mode)."""
+    if not float(noise_scale) >= 0:
+        raise PolicyInputError("noise_scale", f"is {noise_scale}", "use a scale >= 0 (1 samples the trained distribution)")
     if is_export(path):
-        return Policy.from_export(path, device=device, num_steps=num_steps, dtype=dtype)
-    return Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps, dtype=dtype)
+        policy = Policy.from_export(path, device=device, num_steps=num_steps, dtype=dtype)
+    else:
+        policy = Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps, dtype=dtype)
+    policy.noise_scale = float(noise_scale)
+    return policy
