@@ -24,8 +24,11 @@ def test_demo_policy_loss_falls_and_outputs_are_where_announced(demo_root, tmp_p
     assert len(losses) == 60 and all(r["step"] for r in records)
     first, last = sum(losses[:15]) / 15, sum(losses[-15:]) / 15
     assert last < 0.7 * first, (first, last)  # 0.55 on the dev box (60 steps)
-    vals = [r["val_loss"] for r in records if "val_loss" in r]
-    assert len(vals) == 2 and vals[1] < vals[0]
+    vals = [r for r in records if "val_loss" in r]
+    assert len(vals) == 2 and vals[1]["val_loss"] < vals[0]["val_loss"]
+    # the parts, unweighted: the total is the recipe's weighted sum of them
+    for r in vals:
+        assert r["val_loss"] == pytest.approx(1.0 * r["val_video_loss"] + 10.0 * r["val_action_loss"], rel=1e-5)
     assert any((tmp_path / "learn" / "tensorboard").iterdir())
     contract = json.loads((tmp_path / "learn" / "data_contract.json").read_text())
     assert contract["action_dim"] == 3 and contract["state_dim"] == 4 and contract["chunk_length"] == 8

@@ -26,7 +26,9 @@ class MetricsLogger:
         if "val_loss" in record:  # rare and the number a user watches for overfitting: on the console too
             from tqdm import tqdm
 
-            tqdm.write(f"[wamkit] step {record['step']}: val_loss {record['val_loss']:.4f} (held-out episodes)")
+            parts = ", ".join(f"{k[4:-5]} {record[k]:.4f}" for k in ("val_action_loss", "val_video_loss") if k in record)
+            tqdm.write(f"[wamkit] step {record['step']}: val_loss {record['val_loss']:.4f}" + (f" ({parts})" if parts else "")
+                       + " (held-out episodes)")
         if self.tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):

@@ -436,9 +436,9 @@ class Trainer:
                     bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", sps=f"{record['samples_per_s']:.1f}",
                                     **({"mfu": f"{record['mfu']:.3f}"} if "mfu" in record else {}))
             if cfg.val_every and self.step % cfg.val_every == 0 and self.data.val_windows is not None:
-                val_loss = self.validate()
+                val_losses = self.validate()
                 if main:
-                    logger.log({"step": self.step, "val_loss": val_loss})
+                    logger.log({"step": self.step, **val_losses})
             if saving:
                 self.save()
                 self._publish_logs(logger)
@@ -537,22 +537,26 @@ class Trainer:
         return {"loss": loss, "video_loss": video, "action_loss": action, "grad_norm": grad_norm, **record}
 
     @torch.no_grad()
-    def validate(self) -> float:
-        """Held-out episodes, fixed windows and fixed noise: comparable across steps."""
+    def validate(self) -> dict[str, float]:
+        """Held-out episodes, fixed windows and fixed noise: comparable across steps. `val_loss` is the weighted
+        total, `val_action_loss` / `val_video_loss` its unweighted parts (a policy overfits in its actions first)."""
         windows = self.data.val_windows
         count = min(self.cfg.trainer.val_samples, len(windows))
         stride = max(1, len(windows) // count)
         val_set = self.data.samples("val", self.cfg)
         samples = [val_set[i * stride] for i in range(count)]
         self.model.eval()
-        losses = []
-        chunk = self.cfg.trainer.samples_per_step
+        sums = {"val_loss": 0.0, "val_video_loss": 0.0, "val_action_loss": 0.0}
+        chunk, batches = self.cfg.trainer.samples_per_step, 0
         for start in range(0, count, chunk):
             batch = samples[start : start + chunk]
             generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
-            losses.append(self.objective(batch, generators).total.item())
+            losses = self.objective(batch, generators)
+            for key, value in zip(sums, (losses.total, losses.video, losses.action)):
+                sums[key] += float(value)
+            batches += 1
         self.model.train()
-        return sum(losses) / len(losses)
+        return {key: total / batches for key, total in sums.items()}
 
     def summary(self) -> dict:
         metrics = self.local_dir / "metrics.jsonl"
