@@ -28,10 +28,12 @@
 #   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
-# under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon; ~2 minutes at EPISODES=20):
+# under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
+# EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS) side by side for TRAIN_S each and evaluates each at
-# EPISODES/task: which knob to carry into PHASE=1. PHASE=profile takes the training step and the closed loop
+# PHASE=sweep trains recipe variants (VARIANTS; default: random-shift augmentation 0/4/8 px with validation every 200
+# steps) side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
+#   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=300 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"]) PHASE=profile takes the training step and the closed loop
 # apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
@@ -215,7 +217,10 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # VARIANTS="name:--set a=b --set c=d;name2:..." (default below). They share the GPU and the host as the policy and
   # the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   record
-  local variants=${VARIANTS:-"base:;v01:--set diffusion.video_loss_weight=0.1;b64v01:--set trainer.samples_per_step=64 --set optimizer.lr=5e-4 --set diffusion.video_loss_weight=0.1;c8v01:--set data.chunk_length=8 --set diffusion.video_loss_weight=0.1"}
+  # default: image augmentation by random shifts (the CPU A/Bs of the fifteenth session: RESULTS.md), with the held-out
+  # episodes' action and video losses every 200 steps (does the policy overfit its 500 demonstrations?)
+  local val="--set trainer.val_every=200"
+  local variants=${VARIANTS:-"base:$val;rs4:$val --set data.random_shift_px=4;rs8:$val --set data.random_shift_px=8"}
   local names=() spec name args
   IFS=';' read -r -a specs <<< "$variants"
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
@@ -231,6 +236,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   stamp "closed loop: ${#names[@]} variants side by side at $EPISODES/task, $share workers each"
   for name in "${names[@]}"; do
     grep -h "train rc" "$LOG/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
+    grep -h "val_loss" "$LOG/train_$name.log" | tail -4 | sed "s/^/$name: /"
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
       --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 &
   done
@@ -241,12 +247,12 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   stamp "sweep done"
 }
 
-phaseeval() {  # PHASE=1's policy, still on this warm machine, evaluated under sampler/execution variants side by side
+phaseeval() {  # PHASE=1's policy (or EVAL_RUN, e.g. a sweep's variant), still on this warm machine, under sampler/execution variants side by side
   # EVAL_VARIANTS="name:eval-sim flags;..." (default below): denoising steps and the executed horizon, which training
   # does not fix. Run it right after PHASE=1 (or PHASE=2); on a fresh machine it says so and stops.
-  local ckpt; ckpt=$(ls -d "$RUNS"/policy/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
-  [ -n "$ckpt" ] || { stamp "no PHASE=1 policy on this machine (a fresh start): nothing to evaluate"; return 1; }
-  local variants=${EVAL_VARIANTS:-"n5:--num-steps 5;n20:--num-steps 20;h4:--horizon 4"} names=() spec name args
+  local ckpt; ckpt=$(ls -d "$RUNS/${EVAL_RUN:-policy}"/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  [ -n "$ckpt" ] || { stamp "no run ${EVAL_RUN:-policy} on this machine (a fresh start): nothing to evaluate"; return 1; }
+  local variants=${EVAL_VARIANTS:-"n5:--num-steps 5;n20:--num-steps 20;h4:--horizon 4;t0:--noise-scale 0"} names=() spec name args
   IFS=';' read -r -a specs <<< "$variants"
   local share=$(( W / ${#specs[@]} > 0 ? W / ${#specs[@]} : 1 ))
   stamp "closed loop: $ckpt under ${#specs[@]} variants side by side at $EPISODES/task, $share workers each"
