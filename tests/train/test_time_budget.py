@@ -93,13 +93,15 @@ def test_a_budgeted_run_ends_on_time_with_its_schedule_decayed_and_resumes_to_th
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in rows if "lr" in r]
     base_lr = load_experiment(str(DEMO_RECIPE), []).optimizer.lr
+    saved = {int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("iter_*")}
     if summary["step"] == fitted:
         assert lrs[-1] == pytest.approx(base_lr * 0.05)  # the schedule ends with the run
-    else:
-        assert "spent at step" in out and summary["step"] >= 0.6 * fitted
-    assert lrs[-1] < 0.5 * base_lr  # (the ceiling's 100,000-step schedule would still be at its top)
-    saved = {int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("iter_*")}
-    assert summary["step"] in saved and len(saved) >= 2  # a fraction of the fitted run, and the last step
+        assert len(saved) >= 2  # a fraction of the fitted run, and the last step
+    else:  # the guard: steps slowed after the fit (how far it got measures the box's load, not the code)
+        assert "spent at step" in out and "saved and stopped" in out
+    # the fitted schedule decays; the ceiling's 100,000-step one would still be at its top (> 0.999 of the peak)
+    assert lrs[-1] < 0.99 * base_lr
+    assert summary["step"] in saved
 
     again = Trainer(load_experiment(str(DEMO_RECIPE), [a for a in args if a != "--set"])).train()  # same command
     assert again["step"] == fitted  # resumes to the first launch's fit (done already, unless the guard stopped it)
