@@ -546,17 +546,15 @@ class Trainer:
         val_set = self.data.samples("val", self.cfg)
         samples = [val_set[i * stride] for i in range(count)]
         self.model.eval()
-        sums = {"val_loss": 0.0, "val_video_loss": 0.0, "val_action_loss": 0.0}
-        chunk, batches = self.cfg.trainer.samples_per_step, 0
+        rows = []
+        chunk = self.cfg.trainer.samples_per_step
         for start in range(0, count, chunk):
             batch = samples[start : start + chunk]
             generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
             losses = self.objective(batch, generators)
-            for key, value in zip(sums, (losses.total, losses.video, losses.action)):
-                sums[key] += float(value)
-            batches += 1
+            rows.append({"val_loss": float(losses.total), "val_video_loss": float(losses.video), "val_action_loss": float(losses.action)})
         self.model.train()
-        return {key: total / batches for key, total in sums.items()}
+        return {key: sum(row[key] for row in rows) / len(rows) for key in rows[0]}
 
     def summary(self) -> dict:
         metrics = self.local_dir / "metrics.jsonl"
