@@ -87,8 +87,9 @@ CKPTS=${CKPTS:-6}; SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 # in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
-LOG=$WORK/logs; DATA=$WORK/data/mt10; RUNS=$WORK/runs; EV=$WORK/eval
-[ "$CAMERA" = corner ] || DATA=${DATA}_${CAMERA//,/_}
+LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
+data_dir() { local cameras=$1; [ "$cameras" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${cameras//,/_}"; }
+DATA=$(data_dir "$CAMERA")
 mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
 # PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
@@ -104,12 +105,13 @@ pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
 stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
-record() {
-  [ -f "$DATA/meta/info.json" ] && return
-  stamp "record $ENVS x $EPS ($W workers)"
-  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$DATA" --seed 0 --resolution 64 --camera "$CAMERA" \
-    > "$LOG/record.log" 2>&1 || { tail -20 "$LOG/record.log"; exit 1; }
-  tail -1 "$LOG/record.log"
+record() {  # [cameras]: records into data_dir(cameras) once (default: $CAMERA)
+  local cameras=${1:-$CAMERA} data; data=$(data_dir "${1:-$CAMERA}")
+  [ -f "$data/meta/info.json" ] && return
+  stamp "record $ENVS x $EPS ($W workers, camera $cameras)"
+  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$data" --seed 0 --resolution 64 --camera "$cameras" \
+    > "$LOG/record_${cameras//,/_}.log" 2>&1 || { tail -20 "$LOG/record_${cameras//,/_}.log"; exit 1; }
+  tail -1 "$LOG/record_${cameras//,/_}.log"
 }
 
 train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budget_s fits the steps and the schedule to them)
@@ -214,20 +216,24 @@ phase2() {
 }
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
-  # VARIANTS="name:--set a=b --set c=d;name2:..." (default below). They share the GPU and the host as the policy and
-  # the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
-  record
+  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:..." (default below; "@cameras" trains that variant on a
+  # recording of those cameras, made first). They share the GPU and the host as the policy and the world model do in
+  # PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default: image augmentation by random shifts (the CPU A/Bs of the fifteenth session: RESULTS.md), with the held-out
   # episodes' action and video losses every 200 steps (does the policy overfit its 500 demonstrations?)
   local val="--set trainer.val_every=200"
   local variants=${VARIANTS:-"base:$val;rs4:$val --set data.random_shift_px=4;rs8:$val --set data.random_shift_px=8"}
-  local names=() spec name args
+  local names=() spec name args cameras
   IFS=';' read -r -a specs <<< "$variants"
+  for spec in "${specs[@]}"; do name=${spec%%:*}; [[ $name == *@* ]] && record "${name#*@}"; done
+  record
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for spec in "${specs[@]}"; do
-    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; names+=("$name")
-    train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
-      "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
+    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; cameras=$CAMERA
+    [[ $name == *@* ]] && { cameras=${name#*@}; name=${name%%@*}; }
+    names+=("$name")
+    DATA=$(data_dir "$cameras") train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
+      --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
   wait
   # the closed loops side by side, the simulator workers split between them (one after another, four variants' ~70 s
