@@ -124,10 +124,13 @@ def judge_summary(report_path: Path) -> dict | None:
     if not report_path.is_file():
         return None
     report = json.loads(report_path.read_text())
-    scores = [p["score"] for p in report["policies"]]
-    success = [p["success_rate"] for p in report["policies"]]
-    return {"policies": [{"label": p["label"], "score": p["score"], "success_rate": p["success_rate"]}
-                         for p in report["policies"]], **spearman_with_p(scores, success)}
+    rows = report["policies"]
+    success = [p["success_rate"] for p in rows]
+    summary = {"policies": [{"label": p["label"], "score": p["score"], "success_rate": p["success_rate"]} for p in rows],
+               **spearman_with_p([p["score"] for p in rows], success)}
+    if all("changed" in p.get("by_region", {}) for p in rows):  # the same rollouts scored over the changed pixels
+        summary["changed_region"] = spearman_with_p([p["by_region"]["changed"]["score"] for p in rows], success)
+    return summary
 
 
 def main(argv=None) -> int:
@@ -174,6 +177,8 @@ def main(argv=None) -> int:
         print("wm_rank_spearman: no judge report in phase 1")
     else:
         print(f"wm_rank_spearman={_rho_text(judge)}")
+        if "changed_region" in judge:
+            print(f"wm_rank_spearman (changed-region score)={_rho_text(judge['changed_region'])}")
     if merged and checkpoints_only:
         print(f"(wamkit's checkpoints alone: {_rho_text(checkpoints_only)})")
     return 0

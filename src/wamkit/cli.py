@@ -19,6 +19,9 @@ from wamkit import __version__  # noqa: E402
 from wamkit.device import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, INFERENCE_DTYPES  # noqa: E402
 from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
+NOISE_SCALE_HELP = ("scale of the noise each chunk's sampling starts from: 1 = the trained distribution, < 1 nearer "
+                    "its mode, 0 = one chunk whatever the seed")
+
 # One convention for --set everywhere (help, docs, recipe headers): values bare, '' for an empty one,
 # TOML quotes only for a string that would otherwise read as a number, bool or list.
 SET_HELP = ("override one recipe key, repeatable: SECTION.KEY=VALUE with VALUE a TOML literal or a bare string, "
@@ -144,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port, printed at startup)")
     serve.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     serve.add_argument("--seed", type=int, default=0, help="noise seed of requests that send no 'seed'")
+    serve.add_argument("--noise-scale", type=float, default=1.0, help=NOISE_SCALE_HELP)
     serve.add_argument("--batch-window-ms", type=float, default=5.0, help="batch requests arriving within this window")
     serve.add_argument("--max-batch", type=int, default=16, help="most requests in one batched forward")
     serve.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024, help="larger requests get an error")
@@ -201,8 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--resolution", type=int, default=None, help="frame size (default: the training dataset's)")
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
-    eval_sim.add_argument("--noise-scale", type=float, default=1.0, help="scale of the noise each chunk's sampling starts "
-                          "from: 1 = the trained distribution, < 1 nearer its mode, 0 = one chunk whatever the seed")
+    eval_sim.add_argument("--noise-scale", type=float, default=1.0, help=NOISE_SCALE_HELP)
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     eval_sim.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
@@ -395,7 +398,8 @@ def _dispatch(args) -> int:
                           batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                           max_request_bytes=args.max_request_bytes, device=args.device, warmup=args.warmup,
                           warmup_size=parse_size(args.warmup_size) if args.warmup_size else None,
-                          resize_images=args.resize_images, stats_every_s=args.stats_every, fp8=args.fp8, dtype=args.dtype)
+                          resize_images=args.resize_images, stats_every_s=args.stats_every, fp8=args.fp8, dtype=args.dtype,
+                          noise_scale=args.noise_scale)
     raise AssertionError(args)
 
 

@@ -133,3 +133,6 @@ def test_noise_scale_zero_samples_one_chunk_whatever_the_seed(run_dir):
     assert not np.allclose(warm.predict([_obs(0)], seed=11)[0], cold.predict([_obs(0)], seed=11)[0])
     with pytest.raises(PolicyInputError, match="noise_scale"):
         load_policy(run_dir, noise_scale=-0.5)
+    with pytest.raises(PolicyInputError, match="noise_scale"):  # set on a loaded policy, checked the same way
+        warm.noise_scale = float("nan")
+    assert warm.noise_scale == 1.0

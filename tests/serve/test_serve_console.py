@@ -69,7 +69,8 @@ def test_console_says_what_it_serves_each_refusal_the_rates_and_the_stop(export_
 
 def test_sigterm_stops_the_server_cleanly_with_a_line(export_dir):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    proc = subprocess.Popen([sys.executable, "-m", "wamkit.cli", "serve", str(export_dir), "--port", "0", "--num-steps", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "wamkit.cli", "serve", str(export_dir), "--port", "0", "--num-steps", "2",
+                             "--noise-scale", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         seen = []
@@ -83,6 +84,7 @@ def test_sigterm_stops_the_server_cleanly_with_a_line(export_dir):
         proc.kill()
     assert proc.returncode == 0, "".join(seen) + rest
     assert "stopped (SIGTERM) after 0 answered and 0 failed requests" in rest
+    assert "2 denoising steps from noise x 0.5" in "".join(seen)  # --noise-scale reaches the served policy
     assert "Traceback" not in rest
 
 

@@ -105,6 +105,28 @@ def test_scorer_picks_the_closest_approach_or_the_last_frame():
         PE.rollout_score(curve, "mean")
 
 
+def test_changed_region_scores_the_moved_object_not_the_background():
+    """A small object moves between the first and the goal frame over a textured background: the
+    changed-region PSNR tells a rollout that left it where it was from one that moved it, far more
+    sharply than the whole frame, and a frame equal to the goal there is capped however the rest differs."""
+    g = torch.Generator().manual_seed(3)
+    background = torch.randint(40, 200, (32, 32, 3), generator=g, dtype=torch.uint8)
+    first, goal = background.clone(), background.clone()
+    first[4:8, 4:8], goal[20:24, 20:24] = 255, 255  # the object's start and goal squares
+    mask = PE.changed_mask(first, goal)
+    assert mask[4:8, 4:8].all() and mask[20:24, 20:24].all() and mask[2, 2] and mask[25, 25]  # dilated by 2
+    assert not mask[14, 14] and not mask[0, 31] and int(mask.sum()) == 2 * 8 * 8
+    stayed, moved = first.clone(), goal.clone()
+    moved[0:2] = 0  # reached the goal, but the top rows (background) are off
+    frame = PE.goal_psnr(torch.stack([stayed, moved]), goal)
+    region = PE.goal_psnr(torch.stack([stayed, moved]), goal, mask)
+    assert region[1] == 100.0 and region[0] < frame[0]  # the object's miss weighs fully inside the region
+    assert region[1] - region[0] > frame[1] - frame[0]
+    # an empty region (the goal frame equals the first) falls back to the whole frame
+    assert torch.equal(PE.goal_psnr(torch.stack([stayed]), goal, torch.zeros(32, 32, dtype=torch.bool)),
+                       PE.goal_psnr(torch.stack([stayed]), goal))
+
+
 def test_sim_report_errors(tmp_path):
     with pytest.raises(WorldModelError, match="eval sim"):
         PE.load_sim_report(tmp_path / "nope")
@@ -203,12 +225,18 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     corr = report["correlation"]
     assert corr["n"] == 3 and corr["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.3]))
     assert corr["kendall_tau_b"] == pytest.approx(PE.kendall_tau_b(scores, [0.1, 0.6, 0.3]))
+    assert report["correlation_by_region"]["frame"] == corr  # the primary score is the whole frame's
+    changed = [r["by_region"]["changed"]["score"] for r in rows]
+    assert report["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.3]))
+    assert all(r["by_region"]["frame"]["score"] == r["score"] and 0 < r["by_region"]["changed"]["score"] <= 100 for r in rows)
     assert set(report["references"]) == {"expert", "static"}
+    assert all(set(ref["by_region"]) == set(PE.SCORE_REGIONS) for ref in report["references"].values())
     for f in report["files"]:
         assert (out / f).stat().st_size > 0, f
     assert "videos/mixed_step1.mp4" in report["files"] and "strip.png" in report["files"]
     md = (out / "report.md").read_text()
     assert md.count("| mixed@") == 3 and "Spearman rho" in md and "*expert (reference)*" in md
+    assert "Scored over the changed region alone: Spearman rho" in md and "changed-region score [dB]" in md
     assert "| mixed@2 |" in printed and "Spearman rho" in printed
 
     # the reports must follow the policies' order (training steps are checked)
@@ -283,6 +311,8 @@ def test_a_lerobot_policy_judged_alone_merges_into_one_ranking_with_checkpoints(
     np.testing.assert_allclose([r["predicted_rank"] for r in rows], PE.average_ranks(-np.asarray(scores)))
     assert merged["correlation"]["n"] == 3
     assert merged["correlation"]["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.9]))
+    changed = [r["by_region"]["changed"]["score"] for r in rows]  # recomputed over the merged rows too
+    assert merged["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.9]))
     assert len(merged["merged_from"]) == 2 and "| act@5 |" in (tmp_path / "merged" / "report.md").read_text()
 
     # a report the world model wrote with other settings does not join the ranking

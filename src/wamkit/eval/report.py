@@ -12,8 +12,9 @@ from typing import Sequence
 
 def _sampler(result) -> str:
     """The sampler a result was measured with: its denoising steps, and the noise scale when not the trained one."""
-    scale = getattr(result, "noise_scale", 1.0)
-    return f"{result.num_steps} denoising steps" + ("" if scale == 1.0 else f" from noise x {scale:g}")
+    from wamkit.policy.policy import sampler_text
+
+    return sampler_text(result.num_steps, getattr(result, "noise_scale", 1.0))
 
 
 def _fmt_len(x) -> str:

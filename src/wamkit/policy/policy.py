@@ -52,7 +52,7 @@ class Policy(ContractModel):
             raise WamkitError("rtc_max_guidance", f"is {rtc_max_guidance}", "use a guidance clip >= 0 (the paper uses 5)")
         self._init_contract(loaded)
         self.num_steps = int(num_steps)
-        self.noise_scale = 1.0  # the sampler's starting noise, x this (load_policy's noise_scale; sample_policy says why)
+        self.noise_scale = 1.0
         self.guidance = float(guidance)
         self.cache_text = bool(cache_text)
         self.rtc_max_guidance = float(rtc_max_guidance)
@@ -82,6 +82,16 @@ class Policy(ContractModel):
             if graphs is not None:
                 graphs.cache.clear()
         return self.fp8_linears
+
+    @property
+    def noise_scale(self) -> float:
+        """The sampler's starting noise, x this (1 = the trained distribution, 0 = one chunk whatever the seed;
+        wamkit.diffusion.sampling.sample_policy says why). Checked when set."""
+        return self._noise_scale
+
+    @noise_scale.setter
+    def noise_scale(self, value: float) -> None:
+        self._noise_scale = checked_noise_scale(value)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -279,11 +289,22 @@ def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_
     directory or a checkpoints/iter_<N> directory, local or in object storage; `dtype`: what it
     computes in (wamkit.device.resolve_inference_dtype); `noise_scale`: the sampler's starting noise
     scale (1 = the trained distribution, < 1 samples nearer the mode)."""
-    if not float(noise_scale) >= 0:
-        raise PolicyInputError("noise_scale", f"is {noise_scale}", "use a scale >= 0 (1 samples the trained distribution)")
+    checked_noise_scale(noise_scale)  # before any weights load
     if is_export(path):
         policy = Policy.from_export(path, device=device, num_steps=num_steps, dtype=dtype)
     else:
         policy = Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps, dtype=dtype)
-    policy.noise_scale = float(noise_scale)
+    policy.noise_scale = noise_scale
     return policy
+
+
+def sampler_text(num_steps: int, noise_scale: float = 1.0) -> str:
+    """How chunks are sampled, as reports and the server's console say it: the noise scale only when not the trained one."""
+    return f"{num_steps} denoising steps" + ("" if noise_scale == 1.0 else f" from noise x {noise_scale:g}")
+
+
+def checked_noise_scale(value: float) -> float:
+    """The sampler's starting-noise scale as a float, refused below 0 (or NaN) with the field named."""
+    if not float(value) >= 0:
+        raise PolicyInputError("noise_scale", f"is {value}", "use a scale >= 0 (1 samples the trained distribution)")
+    return float(value)

@@ -13,6 +13,8 @@ import numpy as np
 
 def startup_summary(policy, num_steps: int, camera_sizes, resize: bool) -> list[str]:
     """The lines printed before `listening`: where the weights came from and what a request must hold."""
+    from wamkit.policy.policy import sampler_text
+
     source = dict(policy.loaded.source)
     origin = source.get("export") or source.get("checkpoint") or "?"
     step = source.get("step", "?")
@@ -26,7 +28,7 @@ def startup_summary(policy, num_steps: int, camera_sizes, resize: bool) -> list[
         f"wamkit serve: {origin} (step {step}, {weights} weights) on {device}",
         f"wamkit serve: cameras {cameras} (HxW px; {other}); {state}",
         f"wamkit serve: action {policy.action_dim}-D x {policy.chunk_length} steps per chunk at {policy.fps:g} fps, "
-        f"{num_steps} denoising steps",
+        + sampler_text(num_steps, policy.noise_scale),
     ]
 
 

@@ -436,10 +436,11 @@ class PolicyServer:
 def serve_main(path: str | Path, host: str = "127.0.0.1", port: int = 8000, num_steps: int = 10, seed: int = 0,
                batch_window_ms: float = 5.0, max_batch: int = 16, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                device: str = "cpu", warmup: bool | None = None, warmup_size: tuple[int, int] | None = None,
-               resize_images: bool = False, stats_every_s: float = 60.0, fp8: bool = False, dtype: str = "auto") -> int:
+               resize_images: bool = False, stats_every_s: float = 60.0, fp8: bool = False, dtype: str = "auto",
+               noise_scale: float = 1.0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection / health check
-    policy = load_policy(path, device=device, num_steps=num_steps, dtype=dtype)
+    policy = load_policy(path, device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale)
     if fp8:
         log.info("wamkit serve: FP8 matmuls in %d generation-pathway linear layers", policy.use_fp8_matmuls())
     server = PolicyServer(policy, ServeConfig(host=host, port=port, batch_window_ms=batch_window_ms, max_batch=max_batch,

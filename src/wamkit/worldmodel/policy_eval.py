@@ -9,7 +9,10 @@ Score (needs no hidden simulator state): the recorded episodes are successful ex
 from the same initial state, so their last frame shows the task solved for that placement. An
 imagined rollout scores the PSNR of its imagined frames to that goal frame: `best` (default) the
 closest approach over frames 1..max_steps, because a simulated episode succeeds as soon as the goal
-is reached (it stops there); `final` the last imagined frame. Scores average over episodes.
+is reached (it stops there); `final` the last imagined frame. Scores average over episodes. Every
+report also scores the same rollouts over the `changed` region alone (the pixels where the recorded
+goal frame differs from the first: the arm and the task's object), where the whole-frame PSNR is
+diluted by the static background, with its own rank correlation beside the primary one.
 
 The predicted scores are ranked against the policies' true closed-loop success rates
 (`wamkit eval sim` results.json) with Spearman's rho, Kendall's tau-b and an exact permutation
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from wamkit.data import LeRobotV3Dataset
 from wamkit.worldmodel import metrics as M
@@ -43,6 +47,10 @@ from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, 
 
 STATE_MODES = ("none", "recorded")
 SCORES = ("best", "final")
+# regions a rollout is scored over: the whole frame (the primary score), and the pixels the recorded episode changes
+SCORE_REGIONS = ("frame", "changed")
+CHANGED_THRESHOLD = 16.0  # of 255 on any channel: a pixel the recorded episode changed
+CHANGED_DILATE_PX = 2  # grown by this much, so an arm or object a few pixels off still falls inside
 EXACT_P_MAX_N = 8  # n! orderings enumerated for the permutation p-value
 PERMUTATION_DRAWS = 100_000  # seeded random orderings for the p-value beyond EXACT_P_MAX_N policies
 POLICY_MODES = ("policy", "mixed")
@@ -191,9 +199,29 @@ def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_states: list,
 
 
 # ---- scoring --------------------------------------------------------------------------------------
-def goal_psnr(video: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
-    """PSNR [dB] of every frame of video [..., N, H, W, 3] to goal [H, W, 3], capped at 100 dB (identical)."""
-    return M.psnr(video, goal.expand_as(video)).clamp(max=PSNR_CAP_DB)
+def changed_mask(first: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+    """bool [H, W]: where the recorded goal frame differs from the first (uint8 [H, W, 3] both), dilated by
+    CHANGED_DILATE_PX: the arm's and the object's paths, without the background that dilutes a whole-frame PSNR."""
+    changed = ((goal.float() - first.float()).abs().amax(-1) > CHANGED_THRESHOLD).float()
+    k = 2 * CHANGED_DILATE_PX + 1
+    return F.max_pool2d(changed[None, None], k, stride=1, padding=CHANGED_DILATE_PX)[0, 0] > 0
+
+
+def goal_psnr(video: torch.Tensor, goal: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """PSNR [dB] of every frame of video [..., N, H, W, 3] to goal [H, W, 3] over the pixels of mask [H, W]
+    (the whole frame when None or empty), capped at 100 dB (identical)."""
+    if mask is None or not bool(mask.any()):
+        return M.psnr(video, goal.expand_as(video)).clamp(max=PSNR_CAP_DB)
+    weight = mask.to(torch.float64)[..., None]
+    sq = (video.to(torch.float64) - goal.to(torch.float64)).pow(2) * weight
+    mse = sq.sum(dim=(-3, -2, -1)) / (weight.sum() * video.shape[-1])
+    return (10.0 * torch.log10(M.MAX**2 / mse)).clamp(max=PSNR_CAP_DB)
+
+
+def region_curves(frames: torch.Tensor, ep: EpisodeData) -> dict[str, torch.Tensor]:
+    """Goal-PSNR curves of frames [N, H, W, 3] for every SCORE_REGIONS entry, against ep's last frame."""
+    goal = ep.frames[-1]
+    return {"frame": goal_psnr(frames, goal), "changed": goal_psnr(frames, goal, changed_mask(ep.frames[0], goal))}
 
 
 def rollout_score(curve: torch.Tensor, how: str = "best") -> float:
@@ -297,30 +325,38 @@ def _policy_states(dataset: LeRobotV3Dataset, policy, eps: list[EpisodeData]) ->
 
 def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[EpisodeData], horizon: int,
                  max_steps: int, how: str, seed: int, num_steps: int | None, max_batch: int = 8):
-    """(per-episode scores, goal-PSNR curves, the first episode's video) of one policy imagined on
-    every episode; other videos are dropped as soon as they are scored (they can be large)."""
+    """({region: per-episode scores}, {region: goal-PSNR curves}, the first episode's video) of one policy
+    imagined on every episode; other videos are dropped as soon as they are scored (they can be large)."""
     states = _policy_states(dataset, policy, eps)
-    scores, curves, first = [], [], None
+    scores, curves, first = {r: [] for r in SCORE_REGIONS}, {r: [] for r in SCORE_REGIONS}, None
     for i in range(0, len(eps), max_batch):
         batch = slice(i, i + max_batch)
         video = imagine(policy, wm, eps[batch], states[batch], horizon, max_steps, seed, num_steps)
         first = video[0] if first is None else first
         for ep, v in zip(eps[batch], video):
-            curves.append(goal_psnr(v[1:], ep.frames[-1]))
-            scores.append(rollout_score(curves[-1], how))
+            for region, curve in region_curves(v[1:], ep).items():
+                curves[region].append(curve)
+                scores[region].append(rollout_score(curve, how))
     return scores, curves, first
 
 
 def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how: str, seed: int) -> dict:
     """Unranked anchors scored like the policies: the recorded actions through the world model
     (`expert`), and the first frame held (`static`)."""
-    expert, static = [], []
+    scores = {name: {r: [] for r in SCORE_REGIONS} for name in ("expert", "static")}
     for ep, rollout in zip(eps, rollout_episodes(wm, eps, "autoregressive", seed)):
         frames = torch.cat([c[1:] for c in rollout.pred])[:max_steps]
-        expert.append(rollout_score(goal_psnr(frames, ep.frames[-1]), how))
-        static.append(rollout_score(goal_psnr(ep.frames[:1], ep.frames[-1]), how))
-    return {name: dict(zip(("score", "sem"), mean_sem(vals)), per_episode=vals)
-            for name, vals in (("expert", expert), ("static", static))}
+        for name, video in (("expert", frames), ("static", ep.frames[:1])):
+            for region, curve in region_curves(video, ep).items():
+                scores[name][region].append(rollout_score(curve, how))
+    return {name: _scored(by_region) for name, by_region in scores.items()}
+
+
+def _scored(by_region: dict[str, list[float]]) -> dict:
+    """The primary (whole-frame) score's mean, s.e. and per-episode values, and every region's mean and s.e."""
+    mean, sem = mean_sem(by_region["frame"])
+    return {"score": mean, "sem": sem, "per_episode": by_region["frame"],
+            "by_region": {r: dict(zip(("score", "sem"), mean_sem(v))) for r, v in by_region.items()}}
 
 
 def strip_image(rows: dict[str, torch.Tensor], goal: torch.Tensor, every: int) -> np.ndarray:
@@ -347,17 +383,31 @@ def write_media(out: Path, label: str, video: torch.Tensor, goal: torch.Tensor, 
 def summary_lines(report: dict) -> list[str]:
     """The policy table (references below it) and the rank correlation: report.md's core and the CLI's output."""
     c = report["correlation"]
-    lines = ["| policy | predicted score [dB] | ± s.e. | predicted rank | true success | 95% CI | true rank |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| policy | predicted score [dB] | ± s.e. | predicted rank | true success | 95% CI | true rank | changed-region score [dB] |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in report["policies"]:
         lines.append(f"| {p['label']} | {_fmt(p['score'], 2)} | {_fmt(p['sem'], 2)} | {p['predicted_rank']:g} | "
                      f"{p['successes']}/{p['sim_episodes']} = {p['success_rate']:.3f} | "
-                     f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} |")
+                     f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} | {_changed_score(p)} |")
     for name, ref in report["references"].items():
-        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | |")
-    return lines + ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** (two-sided p {_fmt(c.get('spearman_p', c['spearman_p_exact']))}, "
-                    f"{c.get('spearman_p_method', 'exact permutation')}), "
-                    f"Kendall tau-b {_fmt(c['kendall_tau_b'])}, n = {c['n']} policies. " + c.get("note", "")]
+        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | | {_changed_score(ref)} |")
+    lines += ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** {_correlation_text(c)} " + c.get("note", "")]
+    changed = report.get("correlation_by_region", {}).get("changed")
+    if changed:
+        lines += ["", f"Scored over the changed region alone: Spearman rho {_fmt(changed['spearman_rho'])} {_correlation_text(changed)}"]
+    return lines
+
+
+def _correlation_text(c: dict) -> str:
+    """What follows a correlation's rho: its p-value and how it was computed, Kendall's tau-b and n."""
+    return (f"(two-sided p {_fmt(c.get('spearman_p', c['spearman_p_exact']))}, "
+            f"{c.get('spearman_p_method', 'exact permutation')}), Kendall tau-b {_fmt(c['kendall_tau_b'])}, n = {c['n']} policies.")
+
+
+def _changed_score(row: dict) -> str:
+    """The changed-region score ± its s.e. (blank for a report written before regions were scored)."""
+    r = row.get("by_region", {}).get("changed")
+    return f"{_fmt(r['score'], 2)} ± {_fmt(r['sem'], 2)}" if r else ""
 
 
 def write_markdown(path: Path, report: dict) -> None:
@@ -421,12 +471,20 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
     return labels, horizons, eps
 
 
-def _policy_row(label: str, policy, report: SimReport, horizon: int, scores: list[float], curves: list, wall: float) -> dict:
-    mean, sem = mean_sem(scores)
+def _policy_row(label: str, policy, report: SimReport, horizon: int, scores: dict, curves: dict, wall: float) -> dict:
     return {"label": label, "source": policy.loaded.source, "sim_report": report.path, "execute_horizon": horizon,
-            "score": mean, "sem": sem, "per_episode": scores, "success_rate": report.success_rate,
+            **_scored(scores), "success_rate": report.success_rate,
             "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95),
-            "goal_psnr_by_step": [float(x) for x in torch.stack(curves).mean(0)], "wall_seconds": wall}
+            "goal_psnr_by_step": [float(x) for x in torch.stack(curves["frame"]).mean(0)], "wall_seconds": wall}
+
+
+def _correlations(rows: list[dict]) -> dict:
+    """The primary rank correlation, and one per score region that every row carries (merged reports may mix
+    rows written before regions were scored: those regions are left out)."""
+    true = [r["success_rate"] for r in rows]
+    by_region = {region: rank_correlation([r["by_region"][region]["score"] for r in rows], true)
+                 for region in SCORE_REGIONS if all(region in r.get("by_region", {}) for r in rows)}
+    return {"correlation": rank_correlation([r["score"] for r in rows], true), "correlation_by_region": by_region}
 
 
 def _add_ranks(rows: list[dict]) -> None:
@@ -470,8 +528,7 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
         "settings": {"score": score, "state": state, "max_steps": steps, "seed": seed, "num_steps": wm.num_steps,
                      "solver": wm.solver, "guidance": wm.guidance, "shift": wm.shift_for(eps[0].frames[0]),
                      "policy_steps": policy_steps, "chunk_length": wm.chunk_length, "fps": wm.fps},
-        "policies": rows, "references": reference_scores(wm, eps, steps, score, seed),
-        "correlation": rank_correlation([r["score"] for r in rows], [r["success_rate"] for r in rows]),
+        "policies": rows, "references": reference_scores(wm, eps, steps, score, seed), **_correlations(rows),
         "files": files + ["report.json", "report.md"],
     })
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
@@ -519,7 +576,7 @@ def merge_reports(sources: list, out_dir: Path) -> dict:
         row["label"] = label
     _add_ranks(rows)
     merged = {**first, "policies": rows, "merged_from": [str(p) for p, _ in loaded], "files": ["report.json", "report.md"],
-              "correlation": rank_correlation([r["score"] for r in rows], [r["success_rate"] for r in rows])}
+              **_correlations(rows)}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(merged, indent=2, allow_nan=False))
     write_markdown(out_dir / "report.md", merged)
