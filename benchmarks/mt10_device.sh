@@ -31,8 +31,8 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe's token grid against a 4x finer one, validation every
-# 200 steps; "name@cameras:..." trains a variant on a recording of other cameras) side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against a 4x finer token grid and 128 px frames,
+# validation every 200 steps; "name@CAMERAS[/PX]:..." trains a variant on a recording of other cameras or frame size) side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=300 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"]) PHASE=profile takes the training step and the closed loop
 # apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
@@ -88,7 +88,8 @@ SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
-data_dir() { local cameras=$1; [ "$cameras" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${cameras//,/_}"; }
+# a recording is named by its cameras and frame size: "corner" (the default, 64 px), "corner,topview", "corner/128"
+data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
@@ -105,13 +106,14 @@ pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
 stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
-record() {  # [cameras]: records into data_dir(cameras) once (default: $CAMERA)
-  local cameras=${1:-$CAMERA} data; data=$(data_dir "${1:-$CAMERA}")
+record() {  # [CAMERAS[/PX]]: records into data_dir of it once (default: $CAMERA at 64 px)
+  local rec=${1:-$CAMERA} data log; data=$(data_dir "$rec"); log=$LOG/record_$(basename "$data").log
+  local cameras=${rec%%/*} px=64; [[ $rec == */* ]] && px=${rec#*/}
   [ -f "$data/meta/info.json" ] && return
-  stamp "record $ENVS x $EPS ($W workers, camera $cameras)"
-  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$data" --seed 0 --resolution 64 --camera "$cameras" \
-    > "$LOG/record_${cameras//,/_}.log" 2>&1 || { tail -20 "$LOG/record_${cameras//,/_}.log"; exit 1; }
-  tail -1 "$LOG/record_${cameras//,/_}.log"
+  stamp "record $ENVS x $EPS ($W workers, camera $cameras, $px px)"
+  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$data" --seed 0 --resolution "$px" --camera "$cameras" \
+    > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  tail -1 "$log"
 }
 
 train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budget_s fits the steps and the schedule to them)
@@ -217,24 +219,25 @@ phase2() {
 }
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
-  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:..." (default below; "@cameras" trains that variant on a
-  # recording of those cameras, made first). They share the GPU and the host as the policy and the world model do in
+  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX]"
+  # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the host as the policy and the world model do in
   # PHASE=1, so compare them with each other, not with PHASE=1's numbers.
-  # default: the recipe's 8x8 tokens a latent frame against 16x16 (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run
-  # 41 GiB), with the held-out action and video losses every 200 steps. The sixteenth session's sweep (random shifts
-  # 0/4/8 px: no overfitting, no gain) and camera A/B left what the policy reads from the image as the open question.
+  # default: what the policy reads from the image, the open question the sixteenth session's sweep (random shifts 0/4/8
+  # px: no overfitting, no gain) and camera A/B left: the recipe (64 px, 8x8 tokens a latent frame), 16x16 tokens
+  # (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run 41 GiB) and 128 px frames at the same 8x8 tokens (unshuffle
+  # by 8: 4x the pixels in each token, the same step cost; reach's goal marker is ~1 px at 64), with held-out losses
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2"}
-  local names=() spec name args cameras
+  local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;r128@corner/128:$val --set model.pixel_spatial_factor=8"}
+  local names=() spec name args rec
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do name=${spec%%:*}; [[ $name == *@* ]] && record "${name#*@}"; done
   record
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for spec in "${specs[@]}"; do
-    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; cameras=$CAMERA
-    [[ $name == *@* ]] && { cameras=${name#*@}; name=${name%%@*}; }
+    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; rec=$CAMERA
+    [[ $name == *@* ]] && { rec=${name#*@}; name=${name%%@*}; }
     names+=("$name")
-    DATA=$(data_dir "$cameras") train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
+    DATA=$(data_dir "$rec") train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
       --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
   wait
