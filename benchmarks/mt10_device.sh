@@ -78,12 +78,15 @@ else
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
 fi
-# POLICY_EXTRA: more `--set` overrides for the policy's training, e.g. POLICY_EXTRA="--set model.pixel_spatial_factor=4"
-# (a 16x16 latent: 64 tokens per latent frame instead of 256; the closed loop is ~70% policy time).
+# POLICY_EXTRA / WM_EXTRA: more `--set` overrides for the policy's / the world model's training, e.g.
+# POLICY_EXTRA="--set model.pixel_spatial_factor=2" (16x16 tokens a latent frame; the recipe's 4 gives 8x8). With
+# 128 px frames (CAMERA=corner/128) keep both models' token counts: POLICY_EXTRA="--set model.pixel_spatial_factor=8"
+# WM_EXTRA="--set model.pixel_spatial_factor=2".
 read -r -a extra <<< "${POLICY_EXTRA:-}"; POLICY_SET+=("${extra[@]}")
+read -r -a extra <<< "${WM_EXTRA:-}"; WM_SET+=("${extra[@]}")
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
-# CAMERA: the recording's cameras, e.g. CAMERA=corner,topview (one view cannot place reach/push/pick-place's goal marker
+# CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one view cannot place reach/push/pick-place's goal marker
 # in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
