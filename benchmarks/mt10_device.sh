@@ -32,9 +32,10 @@
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
 # PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against a 4x finer token grid and 128 px frames,
-# validation every 200 steps; "name@CAMERAS[/PX]:..." trains a variant on a recording of other cameras or frame size) side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
-#   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=300 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"]) PHASE=profile takes the training step and the closed loop
-# apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
+# validation every 200 steps; "name@CAMERAS[/PX]:..." trains a variant on a recording of other cameras or frame size)
+# side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
+#   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
+# PHASE=profile takes the training step and the closed loop apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
@@ -86,8 +87,8 @@ read -r -a extra <<< "${POLICY_EXTRA:-}"; POLICY_SET+=("${extra[@]}")
 read -r -a extra <<< "${WM_EXTRA:-}"; WM_SET+=("${extra[@]}")
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
-# CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one view cannot place reach/push/pick-place's goal marker
-# in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
+# CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one
+# view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
@@ -223,24 +224,25 @@ phase2() {
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
   # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX]"
-  # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the host as the policy and the world model do in
-  # PHASE=1, so compare them with each other, not with PHASE=1's numbers.
+  # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
+  # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default: what the policy reads from the image, the open question the sixteenth session's sweep (random shifts 0/4/8
   # px: no overfitting, no gain) and camera A/B left: the recipe (64 px, 8x8 tokens a latent frame), 16x16 tokens
   # (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run 41 GiB) and 128 px frames at the same 8x8 tokens (unshuffle
   # by 8: 4x the pixels in each token, the same step cost; reach's goal marker is ~1 px at 64), with held-out losses
   local val="--set trainer.val_every=200"
   local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;r128@corner/128:$val --set model.pixel_spatial_factor=8"}
-  local names=() spec name args rec
+  local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
-  for spec in "${specs[@]}"; do name=${spec%%:*}; [[ $name == *@* ]] && record "${name#*@}"; done
-  record
+  for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
+    name=${spec%%:*}; names+=("${name%%@*}")
+    if [[ $name == *@* ]]; then recs+=("${name#*@}"); else recs+=("$CAMERA"); fi
+    record "${recs[-1]}"
+  done
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
-  for spec in "${specs[@]}"; do
-    name=${spec%%:*}; read -r -a args <<< "${spec#*:}"; rec=$CAMERA
-    [[ $name == *@* ]] && { rec=${name#*@}; name=${name%%@*}; }
-    names+=("$name")
-    DATA=$(data_dir "$rec") train metaworld_mt10 "$name" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
+  for i in "${!specs[@]}"; do
+    read -r -a args <<< "${specs[i]#*:}"
+    DATA=$(data_dir "${recs[i]}") train metaworld_mt10 "${names[i]}" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
       --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
   wait
