@@ -122,10 +122,13 @@ record() {  # [CAMERAS[/PX]]: records into data_dir of it once (default: $CAMERA
 
 train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budget_s fits the steps and the schedule to them)
   local recipe=$1 job=$2; shift 2
-  # the budget counts from the launch (imports included); the timeout is only a safety net
+  # the budget counts from the launch (imports included); the timeout is only a safety net. frame_cache_mb 4096: the
+  # 128 px recording decodes to 2 GB, over the 1 GB default, and without the cache r128 ran 4-5x slower a step
+  # (RESULTS.md, seventeenth session); each loader process holds at most that (16-21 processes, 128 GiB host)
   timeout "$(( TRAIN_S + 60 ))" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
     --set job.name="$job" --set trainer.time_budget_s="$(( TRAIN_S - 5 ))" --set trainer.val_every=0 \
-    --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
+    --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --set data.frame_cache_mb=4096 \
+    --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
   echo "train rc=$? (124 = killed by the safety timeout)" >> "$LOG/train_$job.log"
   grep -h "time_budget_s" "$LOG/train_$job.log" | sed "s/^/$job: /"
 }
@@ -252,6 +255,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   stamp "closed loop: ${#names[@]} variants side by side at $EPISODES/task, $share workers each"
   for name in "${names[@]}"; do
     grep -h "train rc" "$LOG/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
+    cp "$RUNS/$name/metrics.jsonl" "$LOG/metrics_$name.jsonl" 2>/dev/null  # where each step's time went (data_wait_s)
     grep -h "val_loss" "$LOG/train_$name.log" | tail -4 | sed "s/^/$name: /"
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
       --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 &

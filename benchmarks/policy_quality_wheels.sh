@@ -8,9 +8,9 @@
 #   bash benchmarks/policy_quality_wheels.sh        # fills .whl/ (wamkit), .whl_sim/ (sim + LeRobot), .gl/ (EGL)
 #
 # The three folders are git-ignored (.gitignore). Meta-World's wheel is rewritten with its textures
-# downscaled (benchmarks/slim_wheel.py: 35 -> 5 MiB; 64 px renders never see the full-size ones), so all
-# three fit one device call beside the working tree (~53 MiB of the 64 MiB): carry
-# [".whl", ".whl_sim", ".gl"] (benchmarks/mt10_device.sh). Record and evaluate with the same install.
+# downscaled (benchmarks/slim_wheel.py: 35 -> 5 MiB; 64 px renders never see the full-size ones); one phase's
+# wheels (.whl_p1 or .whl_p2, below) and .gl fit one device call beside the working tree, which the end checks.
+# Record and evaluate with the same install.
 #
 # .gl holds the glvnd/EGL loader libraries the image lacks (MuJoCo's EGL context fails without them).
 set -euo pipefail
@@ -63,6 +63,9 @@ for dir in .whl .whl_sim .whl_p1 .whl_p2 .gl; do
   echo "$dir: $(du -sh "$dir" | cut -f1)"
 done
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
-carry=$(du -cb .whl .whl_sim .gl | tail -1 | cut -f1)
-echo "working tree $((tree >> 20)) MiB + carry $((carry >> 20)) MiB = $(((tree + carry) >> 20)) MiB of 64 MiB"
-(( tree + carry < 64 << 20 )) || { echo "over the device carry limit"; exit 1; }
+# one call carries one phase's wheels beside .gl: check the larger phase
+for phase in .whl_p1 .whl_p2; do
+  carry=$(du -cb "$phase" .gl | tail -1 | cut -f1)
+  echo "working tree $((tree >> 20)) MiB + $phase and .gl $((carry >> 20)) MiB = $(((tree + carry) >> 20)) MiB of 64 MiB"
+  (( tree + carry < 64 << 20 )) || { echo "over the device carry limit"; exit 1; }
+done

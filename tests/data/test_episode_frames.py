@@ -56,3 +56,15 @@ def test_a_worker_copy_starts_with_an_empty_cache(demo_root):
     assert ds._decoded.held_bytes > 0
     worker = pickle.loads(pickle.dumps(ds))
     assert worker._decoded is not None and worker._decoded.held_bytes == 0
+
+
+def test_training_says_when_the_cache_stays_off_and_what_fixes_it(demo_root):
+    from wamkit.data.episode_frames import cache_off_note
+
+    need = LeRobotV3Dataset(demo_root).decoded_video_bytes()
+    need_mb = -(-need // 2**20)
+    note = cache_off_note(need, need_mb * 0.5, workers=6)
+    assert note is not None and f"data.frame_cache_mb={need_mb + 1}" in note and f"{need_mb * 6:,} MiB" in note
+    assert "6 loader processes" in note
+    assert cache_off_note(need, need_mb + 1, workers=6) is None  # it fits: the cache is on
+    assert cache_off_note(need, 0, workers=6) is None  # switched off on purpose

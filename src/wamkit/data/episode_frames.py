@@ -40,3 +40,18 @@ class DecodedEpisodes:
 
 def fits(decoded_bytes: int, budget_mb: float) -> bool:
     return budget_mb > 0 and decoded_bytes <= budget_mb * 2**20
+
+
+def cache_off_note(decoded_bytes: int, budget_mb: float, workers: int) -> str | None:
+    """Why training decodes window by window although it could decode each episode once: a dataset whose
+    decoded video outgrows the default budget (128 px MT10: 2 GB) silently ran 4-5x slower a step on an H200
+    host than the same tokens from 64 px frames (RESULTS.md, seventeenth session). None when the cache is on
+    or switched off on purpose (budget 0)."""
+    if budget_mb <= 0 or fits(decoded_bytes, budget_mb):
+        return None
+    need_mb = -(-decoded_bytes // 2**20)
+    processes = max(workers, 1)
+    return (f"[wamkit] frame cache off: the decoded video is {need_mb:,} MiB, over data.frame_cache_mb "
+            f"{budget_mb:g} (per loader process), so every window seeks and decodes anew; "
+            f"--set data.frame_cache_mb={need_mb + 1} decodes each episode once, holding {need_mb * processes:,} MiB "
+            f"of host memory over {processes} loader process{'es' if processes > 1 else ''}")

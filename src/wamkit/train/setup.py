@@ -3,6 +3,7 @@ the model and tokenizers. Shared by training, dry runs and (later) export and se
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDa
                          split_episodes, write_demo_dataset)
 from wamkit.config.env import resolved
 from wamkit.data.canvas import CanvasTransform
+from wamkit.data.episode_frames import cache_off_note
 from wamkit.data.multi import is_multi_root, open_lerobot
 from wamkit.data.run_data import RunData
 from wamkit.data.selection import KeepRanges, NoWindowsKept
@@ -35,7 +37,10 @@ def build_run_data(cfg) -> RunData:
     if is_bundle(cfg.data.resolved_path()):  # a local sim-bimanual bundle (manifest.json + samples.json)
         return build_bundle_run_data(cfg)
     dataset = open_dataset(cfg)
-    dataset.enable_frame_cache(cfg.data.frame_cache_mb)
+    if not dataset.enable_frame_cache(cfg.data.frame_cache_mb) and os.environ.get("RANK", "0") == "0":
+        note = cache_off_note(dataset.decoded_video_bytes(), cfg.data.frame_cache_mb, cfg.data.num_workers)
+        if note:
+            print(note, flush=True)
     if dataset.stats is None:
         raise DataError(f"{dataset.root}/meta/stats.json", "is missing", "compute normalization statistics for the dataset")
     if cfg.data.use_state and cfg.data.state_key not in dataset.features:
