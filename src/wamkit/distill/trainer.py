@@ -162,17 +162,17 @@ class DistillTrainer:
         if self.device.type != "cuda" or self.cfg.parallel.activation_checkpointing not in memory.CHECKPOINTING_BY_SPEED:
             return None
         model = build_model(self.cfg, self.channels, "meta")  # counts only
-        tokens = memory.run_tokens_per_sample(self.cfg, model.config, self.data, self.text_tokenizer)
-        if tokens is None:
+        sample = memory.run_token_counts(self.cfg, model.config, self.data, self.text_tokenizer)
+        if sample is None:
             return None
         counts, vae, method = memory.model_counts(model, self.cfg.lora.enabled), memory.vae_parameter_count(self.cfg), self.dcfg.method
         usable = all_reduce_min(memory.usable_bytes(self.device)[0], self.ctx)
-        est = memory.distill_total(counts, self.cfg, self.ctx.world_size, tokens, vae, method)
+        est = memory.distill_total(counts, self.cfg, self.ctx.world_size, sample, vae, method)
         if self.ctx.is_main:
             print(f"[wamkit] memory estimate {est['total'] / memory.GIB:.1f} GiB per GPU of {usable / memory.GIB:.1f} GiB usable "
                   f"(distillation, {method}): {memory.format_estimate(est)}", flush=True)
         if est["total"] > usable:
-            smallest = memory.smallest_distill_world(counts, self.cfg, tokens, vae, method, usable)
+            smallest = memory.smallest_distill_world(counts, self.cfg, sample, vae, method, usable)
             raise memory.GPUMemoryError(
                 f"{self.cfg.job.name}: memory", f"the distillation ({method}) needs an estimated {est['total'] / memory.GIB:.1f} GiB per "
                 f"GPU on {self.ctx.world_size} GPU(s), {usable / memory.GIB:.1f} GiB is usable",

@@ -39,6 +39,15 @@ class VideoTokenizer(Protocol):
     def decode(self, latents: torch.Tensor) -> torch.Tensor: ...  # [B,C,t,h,w] -> uint8 [B,T+1,H,W,3]
 
 
+def latent_channels_for(kind: str, pixel_spatial_factor: int) -> int:
+    """Channels of one latent pixel for `model.tokenizer` without building the tokenizer: the Wan2.2
+    VAE's z (48), or a pixel tokenizer's colours (x factor^2 when lossless) x TEMPORAL_FACTOR frames."""
+    if kind == "wan2.2":
+        return 48
+    pixel = 3 * pixel_spatial_factor**2 if kind == "pixel_unshuffle" else 3
+    return pixel * TEMPORAL_FACTOR
+
+
 def latent_frames(num_frames: int) -> int:
     if (num_frames - 1) % TEMPORAL_FACTOR:
         raise DataError("video", f"{num_frames} frames is not 1 + 4k", "use chunk_length divisible by 4 (T+1 frames)")

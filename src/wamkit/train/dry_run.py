@@ -34,13 +34,13 @@ def describe(cfg, dcfg=None) -> str:
     lines.append(f"preset = {cfg.model.preset}  layers = {model.config.num_hidden_layers}  hidden = {model.config.hidden_size}")
     lines.append(f"parameters: total {params['total']:,}  generation pathway {params['generation']:,}  trainable {params['trainable']:,}")
     lines.append("# tokens per sample")
-    token_lines, tokens = _token_lines(cfg, model, text_tok)
+    token_lines, sample = _token_lines(cfg, model, text_tok)
     lines.extend(token_lines)
     t = cfg.trainer
     lines.append("# batch")
     lines.append(f"samples per step per rank = {t.samples_per_step} x grad_accum {t.grad_accum_iter} (x world size under torchrun)")
     lines.append("global batch = " + ", ".join(f"{w} GPU{'s' if w > 1 else ''}: {t.samples_per_step * t.grad_accum_iter * w}" for w in (1, 8, 64)))
-    lines.extend(memory_lines(cfg, model, tokens, dcfg))
+    lines.extend(memory_lines(cfg, model, sample, dcfg))
     lines.extend(checkpoint_lines(params, cfg))
     return "\n".join(lines)
 
@@ -74,13 +74,16 @@ def checkpoint_lines(params: dict, cfg) -> list[str]:
     return lines
 
 
-def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
-    """The per-GPU estimate (wamkit.train.memory, the trainer's own gate) at 1, 2 and 8 GPUs, judged
-    against this machine's GPU or, without one, an H200; with the ways to fit when one GPU does not.
-    A distillation run (`dcfg`) is counted with every model it holds (memory.distill_estimate)."""
+def memory_lines(cfg, model, sample: dict[str, int], dcfg=None) -> list[str]:
+    """The per-GPU estimate (wamkit.train.memory, the trainer's own gate) at 1, 2 and 8 GPUs for a sample
+    of `sample`'s token_counts, judged against this machine's GPU or, without one, an H200; with the ways
+    to fit when one GPU does not. A distillation run (`dcfg`) is counted with every model it holds
+    (memory.distill_estimate)."""
     import torch
 
     from wamkit.train import memory
+
+    tokens_per_sample = sample["total"]
 
     counts = memory.model_counts(model, cfg.lora.enabled)
     vae = memory.vae_parameter_count(cfg)
@@ -93,10 +96,11 @@ def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
         against = f"an H200 ({total / memory.GIB:.1f} GiB, {usable / memory.GIB:.1f} usable; no GPU here)"
     lines = [f"# memory per GPU (estimate, GiB: what torch allocates at the peak; the trainer refuses a run that does not fit) against {against}"]
     if dcfg is not None:
-        return lines + distill_memory_lines(cfg, model, tokens_per_sample, dcfg, vae, usable)
+        return lines + distill_memory_lines(cfg, model, sample, dcfg, vae, usable)
     plans = {}  # world size -> (knobs with "auto" resolved, estimate)
     for world in (1, 2, 8):
-        knobs = memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, world), tokens_per_sample, vae, usable)
+        knobs = memory.Knobs.from_config(cfg, world, sample["latent_values"])
+        knobs = memory.resolve_checkpointing(counts, knobs, tokens_per_sample, vae, usable)
         est = memory.estimate(counts, knobs, tokens_per_sample, vae)
         plans[world] = knobs, est
         verdict = "fits" if est["total"] <= usable else "DOES NOT FIT"
@@ -108,7 +112,7 @@ def memory_lines(cfg, model, tokens_per_sample: int, dcfg=None) -> list[str]:
     return lines
 
 
-def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usable: float) -> list[str]:
+def distill_memory_lines(cfg, model, sample: dict[str, int], dcfg, vae: int, usable: float) -> list[str]:
     """The distillation estimate at 1, 2 and 8 GPUs and the smallest GPU count it fits (the single-model
     advice does not apply: a distillation holds several whole models and takes no LoRA)."""
     from wamkit.train import memory
@@ -121,9 +125,9 @@ def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usa
     lines = [f"distillation ({dcfg.method}): the student, its EMA model and the "
              + ("frozen teacher" if dcfg.method == "tf_dcm" else f"frozen reference and the critic; the student turn keeps {chunks} chunks' activations")]
     for world in (1, 2, 8):
-        est = memory.distill_total(counts, cfg, world, tokens_per_sample, vae, dcfg.method)
+        est = memory.distill_total(counts, cfg, world, sample, vae, dcfg.method)
         lines.append(f"{world} GPU{'s' if world > 1 else ''}: {memory.format_estimate(est)}  -> {'fits' if est['total'] <= usable else 'DOES NOT FIT'}")
-    smallest = memory.smallest_distill_world(counts, cfg, tokens_per_sample, vae, dcfg.method, usable)
+    smallest = memory.smallest_distill_world(counts, cfg, sample, vae, dcfg.method, usable)
     lines.append(f"the smallest GPU count that fits: {smallest}" if smallest else
                  f"no GPU count up to {memory.WORLD_SIZES[-1]} fits (fewer samples per step or a shorter clip would)")
     return lines
@@ -132,8 +136,8 @@ def distill_memory_lines(cfg, model, tokens_per_sample: int, dcfg, vae: int, usa
 H200_BYTES = 143_771 * 2**20  # an H200's memory as nvidia-smi and torch report it (140.4 GiB)
 
 
-def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
-    """Printable lines and the total tokens per sample (0 when the dataset is not at hand)."""
+def _token_lines(cfg, model, text_tok) -> tuple[list[str], dict[str, int]]:
+    """Printable lines and a sample's memory.token_counts (zero totals when the frame size is unknown)."""
     try:
         root = cfg.data.resolved_path()
         at_hand = (root / "meta" / "info.json").exists() or is_multi_root(root) or cfg.data.generate_demo
@@ -156,7 +160,7 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
         source = f"dataset {root} not at hand: assuming {len(cameras)} camera(s) of {NOMINAL_VIEW[0]}x{NOMINAL_VIEW[1]} (16:9)"
         task = "a typical task description of a few words"
     else:
-        return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], 0
+        return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], {"total": 0, "latent_values": 0}
     canvas = CanvasTransform.from_config(cfg.data, cameras)
     height, width = canvas.size(views)
     content = canvas.content_size(views)
@@ -168,4 +172,4 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], int]:
         f"{source}; canvas {height}x{width}{padded}",
         f"text {text} (e.g. {task!r}) + video {n['vision']} ({n['frames']} latent frames x {n['per_frame']} patches) + action "
         f"{n['actions']} ({cfg.data.chunk_length} actions{' + 1 state row' if cfg.data.use_state else ''}) = {n['total']}",
-    ], n["total"]
+    ], n

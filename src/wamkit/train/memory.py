@@ -30,9 +30,21 @@ GIB = 2**30
 # (droid_1gpu, 86.2 GiB). Full checkpointing keeps each layer's input (4) and recomputes one layer at
 # a time in the backward pass (so101_fd_chunk16 within 8% of it, online and from the latent cache).
 # The full fine-tune's selective figure is not measured: the LoRA ratio (14.4 / 26.6) applied to 31.6.
+# Those Nano peaks also held what lives outside the decoder layers (OUTSIDE_LAYER_BYTES below), spread
+# over 36 layers; it is now counted on its own, so each measured figure is shown less its 36th share.
+NANO_LAYERS = 36
+# Bytes per token and hidden unit outside the decoder layers (the embeddings, the final norm and output
+# projection, the backward's working set there), which no layer count scales; and bytes per latent value
+# of a sample (the clean, noised and target latents and the prediction in fp32, their loss terms):
+# fitted to five first-step peaks of medium-width runs on one H200 (benchmarks/RESULTS.md, seventeenth
+# session), which the per-layer figures alone had missed by 14-43% -- most where a pixel tokenizer puts
+# 3x8x8x4 latent values in each token (128 px at pixel factor 8: 21.8 GiB peak, 12.4 estimated).
+OUTSIDE_LAYER_BYTES = 57.0
+LATENT_VALUE_BYTES = 30.0
+_OUTSIDE_SHARE = OUTSIDE_LAYER_BYTES / NANO_LAYERS
 ACTIVATION_BYTES = {
-    ("none", "full"): 31.6, ("selective", "full"): 17.1, ("full", "full"): 4.0,
-    ("none", "lora"): 26.6, ("selective", "lora"): 14.4, ("full", "lora"): 4.0,
+    ("none", "full"): 31.6 - _OUTSIDE_SHARE, ("selective", "full"): 17.1 - _OUTSIDE_SHARE, ("full", "full"): 4.0,
+    ("none", "lora"): 26.6 - _OUTSIDE_SHARE, ("selective", "lora"): 14.4 - _OUTSIDE_SHARE, ("full", "lora"): 4.0,
 }
 # Every figure above was measured with compiled decoder layers (the recipes they come from set
 # parallel.compile), which fuse the norms, MLP gates and rotary embedding and so save fewer
@@ -96,16 +108,17 @@ class Knobs:
     grad_accum: int
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
     compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
+    latent_values_per_sample: int = 0  # token_counts' "latent_values": what the tokenizer and frame put in a sample
 
     @classmethod
-    def from_config(cls, cfg, world: int) -> "Knobs":
+    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0) -> "Knobs":
         from wamkit.train.parallel import DTYPES
 
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
-                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile))
+                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -132,6 +145,8 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
         "gathered layers": 2 * b * gathered_per_layer,
         "layer gradients": (b + 4) * counts.layer_trainable,
         "activations": activations,
+        "outside layers": tokens * counts.hidden * OUTSIDE_LAYER_BYTES,
+        "latents": knobs.samples_per_step * knobs.latent_values_per_sample * LATENT_VALUE_BYTES,
         "VAE": b * vae_params,
     }
     est["total"] = sum(est.values())
@@ -182,18 +197,20 @@ def resolve_checkpointing(counts: ModelCounts, knobs: Knobs, tokens_per_sample: 
 
 def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int) -> dict[str, int]:
     """Tokens one training sample occupies in a pack: its prompt, its latent video patches (frames x
-    patches per frame), its action rows (plus the state row), and their total."""
+    patches per frame), its action rows (plus the state row), and their total; and the latent values
+    its video patches carry (channels x patch area each), which the estimate counts apart from tokens."""
     import math
 
-    from wamkit.model.tokenizer import TEMPORAL_FACTOR
+    from wamkit.model.tokenizer import TEMPORAL_FACTOR, latent_channels_for
 
     factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
     patch = model_config.latent_patch_size
     frames = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
     per_frame = math.ceil(canvas_hw[0] / factor / patch) * math.ceil(canvas_hw[1] / factor / patch)
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
+    latent_values = frames * per_frame * patch**2 * latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
     return {"text": text_tokens, "frames": frames, "per_frame": per_frame, "vision": frames * per_frame, "actions": actions,
-            "total": text_tokens + frames * per_frame + actions}
+            "total": text_tokens + frames * per_frame + actions, "latent_values": latent_values}
 
 
 def format_estimate(est: dict[str, float]) -> str:
@@ -306,19 +323,21 @@ def advice(counts: ModelCounts, lora_counts: ModelCounts | None, knobs: Knobs, t
     return smallest, options
 
 
-def run_tokens_per_sample(cfg, model_config, data, text_tokenizer) -> int | None:
-    """Packed tokens of one training sample before any batch is read: the frame the transformer sees
+def run_token_counts(cfg, model_config, data, text_tokenizer) -> dict[str, int] | None:
+    """token_counts of one training sample before any batch is read: the frame the transformer sees
     and a training task's prompt (wamkit.data.run_data.RunData); None where they are not known."""
     if data.frame_size is None or data.example_task is None:
         return None
     prompt = cfg.data.prompt_template.format(task=data.example_task)
-    return token_counts(cfg, model_config, data.frame_size, len(text_tokenizer.encode(prompt)))["total"]
+    return token_counts(cfg, model_config, data.frame_size, len(text_tokenizer.encode(prompt)))
 
 
-def distill_total(counts: ModelCounts, cfg, world: int, tokens_per_sample: int, vae_params: int, method: str) -> dict[str, float]:
-    """A distillation run's estimate on `world` GPUs (distill_estimate), with the chunks its student
-    turn keeps from the run's clip and chunking: what `--dry-run` prints and `wamkit distill` gates on."""
-    return distill_estimate(counts, Knobs.from_config(cfg, world), tokens_per_sample, vae_params, method, distill_chunks(cfg))
+def distill_total(counts: ModelCounts, cfg, world: int, sample: dict[str, int], vae_params: int, method: str) -> dict[str, float]:
+    """A distillation run's estimate on `world` GPUs (distill_estimate) for a sample of `sample`'s
+    token_counts, with the chunks its student turn keeps from the run's clip and chunking: what
+    `--dry-run` prints and `wamkit distill` gates on."""
+    knobs = Knobs.from_config(cfg, world, sample["latent_values"])
+    return distill_estimate(counts, knobs, sample["total"], vae_params, method, distill_chunks(cfg))
 
 
 def distill_chunks(cfg) -> int:
@@ -329,8 +348,8 @@ def distill_chunks(cfg) -> int:
     return -(-frames // max(cfg.diffusion.causal_chunk_frames, 1))
 
 
-def smallest_distill_world(counts: ModelCounts, cfg, tokens_per_sample: int, vae_params: int, method: str, usable: float) -> int | None:
-    return next((w for w in WORLD_SIZES if distill_total(counts, cfg, w, tokens_per_sample, vae_params, method)["total"] <= usable), None)
+def smallest_distill_world(counts: ModelCounts, cfg, sample: dict[str, int], vae_params: int, method: str, usable: float) -> int | None:
+    return next((w for w in WORLD_SIZES if distill_total(counts, cfg, w, sample, vae_params, method)["total"] <= usable), None)
 
 
 class GPUMemoryError(WamkitError):

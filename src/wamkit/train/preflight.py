@@ -169,10 +169,9 @@ def check_base_checkpoint(cfg) -> str | None:
     from wamkit.train.setup import build_model, plain_state_dict
 
     base = BaseWeights(path)
-    from wamkit.model.tokenizer import PixelTokenizer
+    from wamkit.model.tokenizer import latent_channels_for
 
-    lossless = cfg.model.tokenizer == "pixel_unshuffle"
-    channels = 48 if cfg.model.tokenizer == "wan2.2" else PixelTokenizer(cfg.model.pixel_spatial_factor, lossless).latent_channels
+    channels = latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
     model = build_model(cfg, channels, meta=True)
     base.check_matches({k: tuple(v.shape) for k, v in plain_state_dict(model).items()}, cfg.checkpoint.skip_action_heads)
     return f"{path}: {base.kind}, {len(list(base.keys()))} tensors match the model"

@@ -190,12 +190,13 @@ class Trainer:
     def memory_plan(self, usable: float) -> dict | None:
         """What the estimate of this run is made of, judged against `usable` bytes per GPU; None when
         a sample's token count is not known before the first batch (no camera sizes in the contract)."""
-        tokens = self._tokens_per_sample()
-        if tokens is None:
+        sample = self._sample_token_counts()
+        if sample is None:
             return None
-        cfg = self.cfg
+        cfg, tokens = self.cfg, sample["total"]
         counts, vae = memory.model_counts(self.model, cfg.lora.enabled), memory.vae_parameter_count(cfg)
-        knobs = memory.resolve_checkpointing(counts, memory.Knobs.from_config(cfg, self.ctx.world_size), tokens, vae, usable)
+        knobs = memory.Knobs.from_config(cfg, self.ctx.world_size, sample["latent_values"])
+        knobs = memory.resolve_checkpointing(counts, knobs, tokens, vae, usable)
         plan = {"counts": counts, "knobs": knobs, "tokens": tokens, "vae": vae, "usable": usable,
                 "lora_counts": memory.lora_counts_for(self.model, cfg) if self.materialize else None}
         est = memory.estimate(plan["counts"], plan["knobs"], tokens, plan["vae"])
@@ -204,10 +205,10 @@ class Trainer:
     def _fit_advice(self, plan: dict) -> str:
         return memory.fit_report(plan["counts"], plan["lora_counts"], plan["knobs"], plan["tokens"], plan["vae"], plan["usable"])
 
-    def _tokens_per_sample(self) -> int | None:
-        """Packed tokens of one training sample: the frame the transformer sees (a LeRobot dataset's
-        canvas, a bundle's frames) and a training task's prompt."""
-        return memory.run_tokens_per_sample(self.cfg, self.model.config, self.data, self.text_tokenizer)
+    def _sample_token_counts(self) -> dict[str, int] | None:
+        """memory.token_counts of one training sample: the frame the transformer sees (a LeRobot
+        dataset's canvas, a bundle's frames) and a training task's prompt."""
+        return memory.run_token_counts(self.cfg, self.model.config, self.data, self.text_tokenizer)
 
     def _out_of_memory(self, exc: Exception) -> memory.GPUMemoryError:
         """An out-of-memory error that the gate did not foresee, in a few lines with the same advice."""
