@@ -35,6 +35,11 @@
 # validation every 200 steps; "name@CAMERAS[/PX]:..." trains a variant on a recording of other cameras or frame size)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
+# PHASE=1 with the finer grid (g16) does not fit 600 s as the recipe's does (its closed loop is ~1.5x slower; the
+# seventeenth session's was cut in the final 50-a-task loop with the recording already made). On a cold machine
+# give it a shorter box and four checkpoints where its curve rises (steps ~280-460 of 463 there; with ACT and DP the
+# judge's six policies), ~550 s by that call's stage times:
+#   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=250 FRACTIONS=0.4,0.6,0.8,1.0 POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
 # PHASE=profile takes the training step and the closed loop apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering

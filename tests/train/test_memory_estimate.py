@@ -104,10 +104,12 @@ def test_trainer_plans_its_memory_from_the_real_model_and_data(tmp_path):
     n = sum(p.numel() for p in trainer.model.parameters())
     assert plan["counts"].total == n and plan["counts"].trainable == sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     sample = trainer.data.samples("train", trainer.cfg)[0]
-    _, t, h, w = trainer.objective.latents_of([sample])[0].shape
+    latents = trainer.objective.latents_of([sample])[0]
+    _, t, h, w = latents.shape
     patch = trainer.model.config.latent_patch_size
     prompt = len(trainer.text_tokenizer.encode(trainer.cfg.data.prompt_template.format(task=sample.task)))
     assert plan["tokens"] == prompt + t * -(-h // patch) * -(-w // patch) + sample.actions.shape[0] + int(sample.state is not None)
+    assert plan["knobs"].latent_values_per_sample == latents.numel()  # the tokenizer's real latents, counted by the estimate
     assert 0 < plan["estimate"] < 1 * GIB and "activations" in plan["breakdown"]
 
 
