@@ -8,7 +8,8 @@ in `parallel.param_dtype`, whole on one GPU and with `parallel.replicate_frozen`
 two layers are gathered in the compute dtype at a time, and a layer's unsharded gradients exist
 while it is reduced; saved activations depend on the checkpointing mode and on whether the
 generation pathway's weights train (a frozen linear layer keeps no input for a weight gradient);
-the Wan2.2 VAE sits on the GPU in the compute dtype. The AdamW step is fused (no temporaries the size
+what lies outside the decoder layers grows with tokens and width, the fp32 latents with the
+tokenizer's values per sample; the Wan2.2 VAE sits on the GPU in the compute dtype. The AdamW step is fused (no temporaries the size
 of the trainable state). Torch's allocator peak is what is estimated; the gate keeps a margin for
 the CUDA context and fragmentation."""
 
