@@ -40,6 +40,7 @@
 # give it a shorter box and four checkpoints where its curve rises (steps ~280-460 of 463 there; with ACT and DP the
 # judge's six policies), ~550 s by that call's stage times:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=250 FRACTIONS=0.4,0.6,0.8,1.0 POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
+# and PHASE=2 with the same TRAIN_S=250, so ACT and DP get the same GPU time.
 # PHASE=profile takes the training step and the closed loop apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
