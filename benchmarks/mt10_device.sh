@@ -91,6 +91,10 @@ fi
 # WM_EXTRA="--set model.pixel_spatial_factor=2".
 read -r -a extra <<< "${POLICY_EXTRA:-}"; POLICY_SET+=("${extra[@]}")
 read -r -a extra <<< "${WM_EXTRA:-}"; WM_SET+=("${extra[@]}")
+# EVAL_EXTRA: more options for PHASE=1's two closed loops (curve and final), e.g. "--num-steps 5" (half the policy's
+# denoising passes; 5, 10 and 20 steps scored alike on the recipe, RESULTS.md sixteenth session) when a slower
+# policy must fit the call; say so beside its numbers, since the recipe's runs used 10
+read -r -a EVAL_SET <<< "${EVAL_EXTRA:-}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 # CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one
@@ -160,7 +164,7 @@ phase1() {
   fi
   stamp "closed loop: every checkpoint at $CURVE_EPS/task"
   wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
-    --workers "$W" --device "$DEVICE" --out "$EV/curve" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
+    --workers "$W" --device "$DEVICE" --out "$EV/curve" "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
   pack1
   # the judge (GPU-bound world-model rollouts, one host process) runs beside the final closed loop (15 simulator
   # processes on the host): the two overlap instead of adding ~80 s, which went to TRAIN_S
@@ -168,7 +172,7 @@ phase1() {
   local judge_pid=$!
   stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it)"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-    --device "$DEVICE" --out "$EV/final" > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
+    --device "$DEVICE" --out "$EV/final" "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
   tail -1 "$LOG/eval_final.log"
   pack1
   wait "$judge_pid"
