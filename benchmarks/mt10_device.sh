@@ -241,8 +241,9 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default: what the policy reads from the image, the open question the sixteenth session's sweep (random shifts 0/4/8
   # px: no overfitting, no gain) and camera A/B left: the recipe (64 px, 8x8 tokens a latent frame), 16x16 tokens
-  # (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run 41 GiB) and 128 px frames at the same 8x8 tokens (unshuffle
-  # by 8: 4x the pixels in each token, the same step cost; reach's goal marker is ~1 px at 64), with held-out losses
+  # (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run 51 GiB, peak 51.2) and 128 px frames at the same 8x8 tokens (unshuffle
+  # by 8: 4x the pixels in each token, the same step cost once the frame cache holds the 2 GB recording, which the
+  # seventeenth session's r128 lacked; reach's goal marker is ~1 px at 64), with held-out losses
   local val="--set trainer.val_every=200"
   local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;r128@corner/128:$val --set model.pixel_spatial_factor=8"}
   local names=() recs=() spec name args i
