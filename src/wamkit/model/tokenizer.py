@@ -40,12 +40,11 @@ class VideoTokenizer(Protocol):
 
 
 def latent_channels_for(kind: str, pixel_spatial_factor: int) -> int:
-    """Channels of one latent pixel for `model.tokenizer` without building the tokenizer: the Wan2.2
-    VAE's z (48), or a pixel tokenizer's colours (x factor^2 when lossless) x TEMPORAL_FACTOR frames."""
+    """Channels of one latent pixel for `model.tokenizer` without loading weights: the Wan2.2 VAE's z
+    (48), or what a (weightless) PixelTokenizer of that factor produces."""
     if kind == "wan2.2":
         return 48
-    pixel = 3 * pixel_spatial_factor**2 if kind == "pixel_unshuffle" else 3
-    return pixel * TEMPORAL_FACTOR
+    return PixelTokenizer(pixel_spatial_factor, lossless=kind == "pixel_unshuffle").latent_channels
 
 
 def latent_frames(num_frames: int) -> int:

@@ -12,7 +12,7 @@ from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import count_parameters
 from wamkit.train.disk import estimated_checkpoint_bytes, extra_save_steps, format_bytes, number_of_saves, required_bytes
 from wamkit.train.memory import token_counts
-from wamkit.model.tokenizer import PIXEL_TOKENIZERS
+from wamkit.model.tokenizer import PIXEL_TOKENIZERS, latent_channels_for
 from wamkit.train.setup import build_model, build_tokenizers, open_dataset
 
 
@@ -22,8 +22,8 @@ NOMINAL_VIEW = (720, 1280)  # camera size assumed by a dry run without the datas
 def describe(cfg, dcfg=None) -> str:
     """`dcfg`: a distillation recipe's [distill] section, whose extra models the memory lines count."""
     lines = ["# resolved config", format_config(cfg)]
-    video_tok, text_tok = build_tokenizers(cfg) if cfg.model.tokenizer in PIXEL_TOKENIZERS else (None, None)
-    channels = video_tok.latent_channels if video_tok else 48
+    _, text_tok = build_tokenizers(cfg) if cfg.model.tokenizer in PIXEL_TOKENIZERS else (None, None)
+    channels = latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
     model = build_model(cfg, channels, meta=True)
     if cfg.lora.enabled:  # adapters change what trains (and so optimizer and EMA memory)
         from wamkit.model.lora import apply_lora
