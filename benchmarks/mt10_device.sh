@@ -18,14 +18,16 @@
 #   stage                      PHASE=1 (wamkit + judge)                       PHASE=2 (ACT + DP)
 #   install wheels, GL         ~20                                            ~20
 #   record 10 x 50 episodes    32 (15 workers; 7.6 CPU-min serial)            28
-#   train                      TRAIN_S=310: policy and world model side by    TRAIN_S=310: ACT and DP side by side
-#                              side, each trainer.time_budget_s (the steps
-#                              and the LR schedule fitted to the box; the
-#                              run ends ~15 s before TRAIN_S)
-#   closed loop, seed 1000     curve: 7 checkpoints (FRACTIONS) x 5/task 121;      ACT, DP: 50/task side by side
-#                              final: 50/task (500 episodes) 100, with        (59 and 139 s) and their judge
-#   world-model judge          7 checkpoints beside it (124 s together)       scores; the merge 15
-#   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
+#   train                      TRAIN_S=310: the policy alone on the GPU       TRAIN_S=310: ACT and DP side by side
+#                              (trainer.time_budget_s fits its steps and LR
+#                              schedule to the box); the world model from
+#                              TRAIN_S - WM_LEAD (60) for WM_S (180) s
+#   closed loop, seed 1000     curve: FRACTIONS' checkpoints x 5/task          ACT, DP: 50/task side by side
+#                              (~22 s a checkpoint); final: 50/task            (59 and 139 s) and their judge
+#   world-model judge          (500 episodes) with the judge beside it once    scores; the merge 15
+#                              the world model is done
+#   total                      577 s measured with both trainers side by side  468 s measured
+#                              (2026-12-03, fourteenth session)
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
@@ -37,10 +39,10 @@
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
 # PHASE=1 with the finer grid (g16) does not fit 600 s as the recipe's does (its closed loop is ~1.5x slower; the
 # seventeenth session's was cut in the final 50-a-task loop with the recording already made). On a cold machine
-# give it a shorter box and four checkpoints where its curve rises (steps ~280-460 of 463 there; with ACT and DP the
-# judge's six policies), ~550 s by that call's stage times:
-#   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=250 FRACTIONS=0.4,0.6,0.8,1.0 POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
-# and PHASE=2 with the same TRAIN_S=250, so ACT and DP get the same GPU time.
+# give it a shorter box, four checkpoints where its curve rises (with ACT and DP the judge's six policies) and half
+# the denoising passes in the closed loop (5, 10 and 20 scored alike on the recipe, sixteenth session):
+#   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=280 FRACTIONS=0.25,0.5,0.75,1.0 EVAL_EXTRA=\"--num-steps 5\" POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
+# and PHASE=2 with the same TRAIN_S=280, so ACT and DP get the same wall-clock box.
 # PHASE=profile takes the training step and the closed loop apart (torch.profiler). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
@@ -50,9 +52,10 @@
 # (FRACTIONS) by imagined closest approach to the recorded goal frame against their sim success
 # (`wamkit eval wm-policy --state recorded`); ACT and DP are judged in PHASE=2's processes
 # (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine.
-# "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 that it shares (wamkit
-# with the world model, ACT with DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s
-# (since the twelfth session; before, a guessed samples/s SPS sized them), ACT's and DP's by their own
+# "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200. Since the eighteenth session
+# wamkit's policy has the GPU to itself for its box (before, the world model trained beside it) while ACT and DP
+# still share theirs with each other: the same box, not the same exclusive GPU; say so beside the table.
+# wamkit's steps and schedule are fitted to the box by trainer.time_budget_s, ACT's and DP's by their own
 # measured rate (policy_quality --train-seconds).
 #
 # SMOKE=1: the same pipeline on this CPU box in ~10 minutes (2 tasks, 4 episodes, a few steps, tiny
@@ -130,13 +133,13 @@ record() {  # [CAMERAS[/PX]]: records into data_dir of it once (default: $CAMERA
   tail -1 "$log"
 }
 
-train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budget_s fits the steps and the schedule to them)
-  local recipe=$1 job=$2; shift 2
+train() {  # recipe job extra-args...: trains BOX (default TRAIN_S) seconds (trainer.time_budget_s fits the steps and the schedule to them)
+  local recipe=$1 job=$2 box=${BOX:-$TRAIN_S}; shift 2
   # the budget counts from the launch (imports included); the timeout is only a safety net. frame_cache_mb 4096: the
   # 128 px recording decodes to 2 GB, over the 1 GB default, and without the cache r128 ran 4-5x slower a step
   # (RESULTS.md, seventeenth session); each loader process holds at most that (16-21 processes, 128 GiB host)
-  timeout "$(( TRAIN_S + 60 ))" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
-    --set job.name="$job" --set trainer.time_budget_s="$(( TRAIN_S - 5 ))" --set trainer.val_every=0 \
+  timeout "$(( box + 60 ))" $PY -m wamkit.cli train "recipes/$recipe.toml" --set data.path="$DATA" --set job.output_root="$RUNS" \
+    --set job.name="$job" --set trainer.time_budget_s="$(( box - 5 ))" --set trainer.val_every=0 \
     --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --set data.frame_cache_mb=4096 \
     --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
   echo "train rc=$? (124 = killed by the safety timeout)" >> "$LOG/train_$job.log"
@@ -145,19 +148,28 @@ train() {  # recipe job extra-args...: trains TRAIN_S seconds (trainer.time_budg
 
 phase1() {
   record
-  stamp "train policy (batch $BATCH) and world model ($WM_ITERS steps at most) side by side, ${TRAIN_S} s each"
+  # The policy has the GPU to itself for TRAIN_S: beside the world model it stepped at ~0.6 s instead of 0.33 s (g16)
+  # for half its box (seventeenth session). The world model, which only the judge needs, starts WM_LEAD s before the
+  # policy's box ends (its imports and compile, ~57 s of mostly host work, overlap the policy's last steps) and trains
+  # WM_S s, beside the curve's closed loop; the judge runs once both are done, beside the final closed loop.
+  local wm_lead=${WM_LEAD:-60} wm_s=${WM_S:-180} wm_pid=""
+  stamp "train policy (batch $BATCH) alone for ${TRAIN_S} s; world model ($WM_ITERS steps at most, ${wm_s} s) from +$(( TRAIN_S - wm_lead )) s"
   # FRACTIONS: checkpoints at fractions of the fitted run, for the curve and the judge, which needs policies of different
   # quality: MT10 success rises between ~5% and ~20% of the box and is flat after (0.12 / 0.36 / 0.40 at 4% / 19% / 50%,
   # RESULTS.md, sixteenth session), so five of the seven fall in the rise (evenly spaced ones gave four alike)
   local fractions="[${FRACTIONS:-0.04,0.08,0.12,0.16,0.2,0.5,1.0}]"
   train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
     --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
-  [[ $CAMERA == *,* ]] || train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" \
-    --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}" &
-  wait
-  for job in policy wm; do cp "$RUNS/$job/metrics.jsonl" "$LOG/metrics_$job.jsonl" 2>/dev/null; done  # samples_per_s, loss
-  grep -h "samples/s\|first step\|train rc" "$LOG"/train_*.log | tail -8
-  for f in "$LOG"/metrics_*.jsonl; do [ -f "$f" ] && echo "$f: $(grep samples_per_s "$f" | tail -1)"; done
+  local policy_pid=$!
+  if [[ $CAMERA != *,* ]]; then
+    { sleep $(( TRAIN_S > wm_lead ? TRAIN_S - wm_lead : 0 )); BOX=$wm_s train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" \
+      --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}"; } &
+    wm_pid=$!
+  fi
+  wait "$policy_pid"
+  cp "$RUNS/policy/metrics.jsonl" "$LOG/metrics_policy.jsonl" 2>/dev/null  # samples_per_s, loss
+  grep -h "samples/s\|first step\|memory:\|train rc" "$LOG"/train_policy.log | tail -4
+  echo "policy: $(grep samples_per_s "$LOG/metrics_policy.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
   if [ "${GRAPH_CHECK:-0}" = 1 ]; then  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
     stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
     $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$LOG/graph_check.log" 2>&1; tail -4 "$LOG/graph_check.log"
@@ -167,17 +179,23 @@ phase1() {
     --workers "$W" --device "$DEVICE" --out "$EV/curve" "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
   pack1
   # the judge (GPU-bound world-model rollouts, one host process) runs beside the final closed loop (15 simulator
-  # processes on the host): the two overlap instead of adding ~80 s, which went to TRAIN_S
-  judge &
-  local judge_pid=$!
-  stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it)"
+  # processes on the host) once the world model is done: the two overlap instead of adding ~80 s
+  stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it once the world model is done)"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-    --device "$DEVICE" --out "$EV/final" "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
-  tail -1 "$LOG/eval_final.log"
-  pack1
-  wait "$judge_pid"
+    --device "$DEVICE" --out "$EV/final" "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1 &
+  local final_pid=$!
+  if [ -n "$wm_pid" ]; then
+    wait "$wm_pid"
+    cp "$RUNS/wm/metrics.jsonl" "$LOG/metrics_wm.jsonl" 2>/dev/null
+    grep -h "first step\|memory:\|train rc" "$LOG"/train_wm.log | tail -3
+    echo "wm: $(grep samples_per_s "$LOG/metrics_wm.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
+  fi
+  judge
   stamp "judge done"
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
+  wait "$final_pid" || tail -20 "$LOG/eval_final.log"
+  stamp "final closed loop done"
+  tail -1 "$LOG/eval_final.log"
   pack1
 }
 

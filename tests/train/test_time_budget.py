@@ -11,6 +11,7 @@ import torch
 from tests.helpers import DEMO_RECIPE, quick_overrides, train_in_process
 from wamkit.train import time_budget
 from wamkit.train.checkpoint import latest_checkpoint, read_marker
+from wamkit.train.disk import fraction_step
 
 
 def test_fit_steps_fills_the_rest_of_the_budget_within_the_ceiling():
@@ -126,3 +127,19 @@ def test_a_negative_budget_or_a_fraction_outside_the_run_is_refused():
         load_experiment(str(DEMO_RECIPE), ["trainer.time_budget_s=-5"])
     with pytest.raises(ConfigError, match="checkpoint.save_fractions"):
         load_experiment(str(DEMO_RECIPE), ["checkpoint.save_fractions=[0.5, 1.5]"])
+
+
+def test_a_fraction_that_a_shortening_refit_moves_behind_the_run_is_saved_at_the_next_step(demo_root, tmp_path, monkeypatch):
+    """2026-12-04: a run fitted to 995 steps, refitted to 611 at step 463, never saved its 0.5 checkpoint (step 497,
+    then 306): the curve and the judge lost a policy. The fit here: 60 steps, then 40 at the first refit."""
+    fits = iter([60])
+    monkeypatch.setattr(time_budget, "fit_steps", lambda *a: next(fits, 40))
+    args = quick_overrides(demo_root, tmp_path, "shortened", 100_000, 100_000) + [
+        "--set", "trainer.time_budget_s=600", "--set", "checkpoint.save_fractions=[0.6, 0.9]", "--set", "trainer.log_every=5"]
+    summary = train_in_process([str(DEMO_RECIPE), *args])
+    begin = time_budget.WARM_STEPS + time_budget.CALIBRATION_STEPS
+    refit_at = round(begin + time_budget.REFIT_AT[0] * (60 - begin))
+    assert fraction_step(0.6, 40) < refit_at < fraction_step(0.6, 60)  # the case: its step passed unsaved
+    saved = {int(p.name.split("_")[1]) for p in (tmp_path / "shortened" / "checkpoints").glob("iter_*")}
+    assert summary["step"] == 40
+    assert saved == {refit_at + 1, fraction_step(0.9, 40), 40}

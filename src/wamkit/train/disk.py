@@ -73,9 +73,14 @@ def format_bytes(n: float) -> str:
     raise AssertionError
 
 
+def fraction_step(fraction: float, max_iter: int) -> int:
+    """The training step of one checkpoint.save_fractions entry."""
+    return max(1, round(float(fraction) * max_iter))
+
+
 def extra_save_steps(max_iter: int, save_steps=(), save_fractions=()) -> set[int]:
     """checkpoint.save_steps and checkpoint.save_fractions (of max_iter) as training steps."""
-    return {int(s) for s in save_steps} | {max(1, round(float(f) * max_iter)) for f in save_fractions}
+    return {int(s) for s in save_steps} | {fraction_step(f, max_iter) for f in save_fractions}
 
 
 def number_of_saves(max_iter: int, save_iter: int, save_steps=()) -> int:

@@ -26,7 +26,7 @@ from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import (BASE_KEY, base_identity, check_same_base, check_trainable_only_build, saves_trainable_only,
                                         trainable_state)
 from wamkit.train import memory, step_profile, sync_check
-from wamkit.train.disk import extra_save_steps, saves_at
+from wamkit.train.disk import extra_save_steps, fraction_step, saves_at
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
 from wamkit.train.metrics import MetricsLogger, read_metrics
@@ -392,7 +392,9 @@ class Trainer:
         profiler = step_profile.StepProfile(step_profile.requested_steps() if main else 0, self.device, self.local_dir)
         interval = StepInterval()  # the steps since the last synchronised one: their rates are measured together
         budget = self._time_budget()
-        extra_saves = self._extra_saves()  # again whenever the budget refits max_iter
+        # the fractions not yet saved; a resumed run's are behind it when its last launch saved them
+        self._fractions_left, self._last_saved_step = list(self.cfg.checkpoint.save_fractions), self.step
+        extra_saves = self._extra_saves()  # again whenever the budget refits max_iter, and after every save
         while self.step < cfg.max_iter:
             if not interval.steps:  # logging, validation and saves between intervals are not training time
                 interval.restart()
@@ -442,6 +444,8 @@ class Trainer:
                     logger.log({"step": self.step, **val_losses})
             if saving:
                 self.save()
+                self._last_saved_step = self.step
+                extra_saves = self._extra_saves()
                 self._publish_logs(logger)
                 maybe_kill(KILL_AFTER_SAVE, self.step)
             bar.update(1)
@@ -453,8 +457,14 @@ class Trainer:
                 break
 
     def _extra_saves(self) -> set[int]:
-        """checkpoint.save_steps and save_fractions as steps of the run's current max_iter."""
-        return extra_save_steps(self.cfg.trainer.max_iter, self.cfg.checkpoint.save_steps, self.cfg.checkpoint.save_fractions)
+        """checkpoint.save_steps and the save_fractions still to save, as steps of the run's current max_iter.
+        A refit that shortens the run can move a fraction's step behind it before it was saved (2026-12-04: a run
+        refitted from 995 to 611 steps at step 463 lost its 0.5 checkpoint): it is saved at the next step instead,
+        unless a save since that step already stands for it."""
+        max_iter = self.cfg.trainer.max_iter
+        self._fractions_left = [f for f in self._fractions_left if fraction_step(f, max_iter) > self._last_saved_step]
+        due = {max(self.step + 1, fraction_step(f, max_iter)) for f in self._fractions_left}
+        return extra_save_steps(max_iter, self.cfg.checkpoint.save_steps) | due
 
     def _time_budget(self) -> TimeBudget | None:
         """trainer.time_budget_s's clock for this launch (a resumed run keeps the first launch's fit)."""
