@@ -50,8 +50,7 @@
 # (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine.
 # "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 beside one other job (wamkit's
 # policy beside the world model, ACT beside DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s,
-# ACT's and DP's by their own
-# measured rate (policy_quality --train-seconds).
+# ACT's and DP's by their own measured rate (policy_quality --train-seconds).
 #
 # SMOKE=1: the same pipeline on this CPU box in ~10 minutes (2 tasks, 4 episodes, a few steps, tiny
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
@@ -141,6 +140,12 @@ train() {  # recipe job extra-args...: trains BOX (default TRAIN_S) seconds (tra
   grep -h "time_budget_s" "$LOG/train_$job.log" | sed "s/^/$job: /"
 }
 
+trained() {  # job: after its training, keep its metrics.jsonl (samples_per_s, loss) with the logs and print its summary
+  cp "$RUNS/$1/metrics.jsonl" "$LOG/metrics_$1.jsonl" 2>/dev/null
+  grep -h "samples/s\|first step\|memory:\|train rc" "$LOG/train_$1.log" | tail -4
+  echo "$1: $(grep samples_per_s "$LOG/metrics_$1.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
+}
+
 phase1() {
   record
   # The policy and the world model (which only the judge needs) train side by side for TRAIN_S each, as ACT and DP do
@@ -164,9 +169,7 @@ phase1() {
     wm_pid=$!
   fi
   wait "$policy_pid"
-  cp "$RUNS/policy/metrics.jsonl" "$LOG/metrics_policy.jsonl" 2>/dev/null  # samples_per_s, loss
-  grep -h "samples/s\|first step\|memory:\|train rc" "$LOG"/train_policy.log | tail -4
-  echo "policy: $(grep samples_per_s "$LOG/metrics_policy.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
+  trained policy
   if [ "${GRAPH_CHECK:-0}" = 1 ]; then  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
     stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
     $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$LOG/graph_check.log" 2>&1; tail -4 "$LOG/graph_check.log"
@@ -185,9 +188,7 @@ phase1() {
   local final_pid=$!
   if [ -n "$wm_pid" ]; then
     wait "$wm_pid"
-    cp "$RUNS/wm/metrics.jsonl" "$LOG/metrics_wm.jsonl" 2>/dev/null
-    grep -h "first step\|memory:\|train rc" "$LOG"/train_wm.log | tail -3
-    echo "wm: $(grep samples_per_s "$LOG/metrics_wm.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
+    trained wm
   fi
   if [ -d "$EV/curve" ]; then judge; stamp "judge done"; fi
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
