@@ -64,6 +64,20 @@ def test_env_observation_and_determinism():
         np.testing.assert_allclose(a["state"], b["state"])
 
 
+def test_the_first_frame_shows_the_placement_the_episode_is_played_in():
+    """Meta-World moves the drawer after its reset's last physics step; without a forward pass frame 0 and the
+    observation showed the previous placement, and the first step jumped (a policy planned its first chunk, and
+    the expert its first action, for a drawer that was not there)."""
+    with make_env("metaworld/drawer-open-v3", resolution=64) as env:
+        for seed in (2000006000, 2000006001):  # placements 9 cm apart from the stale ones before the fix
+            first = env.reset(seed)
+            handle = env._raw_obs[4:7].copy()
+            after = env.step(np.zeros(4, np.float32))
+            np.testing.assert_allclose(env._raw_obs[4:7], handle, atol=1e-4)
+            # the closed drawer does not move under a no-op: only the arm settles a little
+            assert np.abs(first["image"].astype(int) - after.obs["image"]).mean() < 1.0
+
+
 def test_two_cameras_render_both_views_and_record_one_video_each(tmp_path):
     """`camera="corner,topview"`: the first view is the single-camera image (corner flipped upright), the second
     another picture; recording writes one video feature per camera."""

@@ -108,9 +108,21 @@ class MetaWorldEnv(SimEnv):
 
     def reset(self, seed: int) -> dict:
         self._env.seed(int(seed))
-        self._raw_obs, _ = self._env.reset()
+        self._env.reset()
+        self._raw_obs = self._settled_reset_obs()
         self._steps = 0
         return self._obs()
+
+    def _settled_reset_obs(self) -> np.ndarray:
+        """Meta-World's reset moves the objects (model.body_pos / site_pos) after its last physics step and
+        returns without a forward pass, so its observation and the rendered frame still show the previous
+        placement (the first step then jumps to the new one). A forward pass makes frame 0, the state and the
+        expert's first action agree with the placement the episode is scored on."""
+        env = self._env
+        self._mujoco.mj_forward(env.model, env.data)
+        current = env._get_curr_obs_combined_no_goal()
+        env._prev_obs = current.copy()  # as Meta-World's reset does: no motion before the first step
+        return env._get_obs().astype(np.float64)
 
     def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         a = self._checked_action(action, *self.spec.action_bounds).astype(np.float32)
