@@ -22,6 +22,7 @@ NORMALIZATION_MODES = ("minmax", "quantile", "meanstd", "asinh", "none")
 SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 OPTIMIZER_KINDS = ("adamw", "adamw8bit")
 TOKENIZER_KINDS = ("pixel", "pixel_unshuffle", "wan2.2")
+FRAME_POSITION_KINDS = ("none", "fourier")  # wamkit.model.frame_positions
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
@@ -147,6 +148,11 @@ class ModelConfig:
     # models trained from scratch. With diffusion.video_residual and video_prediction = "x0" the untrained
     # model then predicts "nothing moves", i.e. copy-last-frame, and training only has to add motion.
     zero_init_video_output: bool = False
+    # none | fourier: vision tokens also carry their place in the frame (Fourier features of row and column
+    # through a learned projection, zero at the start; wamkit.model.frame_positions): mRoPE alone moves
+    # attention by relative offsets but never writes a token's place into what it carries. For models
+    # trained from scratch; a base checkpoint has no such weights.
+    frame_positions: str = "none"
 
 
 @dataclass
@@ -345,6 +351,7 @@ class ExperimentConfig:
         _choice("logging.wandb", self.logging.wandb, WANDB_MODES)
         self._validate_modes_and_lora()
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
+        _choice("model.frame_positions", self.model.frame_positions, FRAME_POSITION_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
         _choice("data.camera_layout", self.data.camera_layout, ("side_by_side", "concat_view"))
@@ -391,6 +398,10 @@ class ExperimentConfig:
             if getattr(self.diffusion, name) not in PREDICTIONS:
                 raise ConfigError(f"diffusion.{name}", f"unknown prediction {getattr(self.diffusion, name)!r}",
                                   f"use one of {list(PREDICTIONS)}")
+        if self.model.frame_positions != "none" and self.checkpoint.load_path:
+            raise ConfigError("model.frame_positions", f"= {self.model.frame_positions!r} adds weights that the base "
+                              f"checkpoint.load_path = {self.checkpoint.load_path!r} does not have",
+                              "--set model.frame_positions=none to fine-tune the base (it places tokens through its own mRoPE)")
         if self.model.zero_init_video_output and self.checkpoint.load_path:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
                               f"= {self.checkpoint.load_path!r} loads weights over it",

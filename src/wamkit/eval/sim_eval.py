@@ -21,7 +21,6 @@ import numpy as np
 from wamkit.errors import WamkitError
 from wamkit.eval.cameras import eval_cameras
 from wamkit.eval.realtime import MODES, check_schedule, run_episode
-from wamkit.policy.policy import load_policy
 
 
 class EvalError(WamkitError):
@@ -84,6 +83,15 @@ class EvalResult:
         d = asdict(self)
         d["ci95"] = list(self.ci95)
         return d
+
+
+def load_policy(*args, **kwargs):
+    """wamkit.policy.load_policy, imported when first needed: this closed loop also runs other frameworks'
+    policies (LeRobot's ACT and DP in benchmarks/policy_quality.py) on hosts without diffusers, on which
+    wamkit's own policy builds."""
+    from wamkit.policy.policy import load_policy as load
+
+    return load(*args, **kwargs)
 
 
 def _mean(values: list[float]) -> float | None:

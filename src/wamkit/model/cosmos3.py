@@ -11,6 +11,7 @@ from diffusers import Cosmos3OmniTransformer
 from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
 
 from wamkit.errors import ConfigError
+from wamkit.model.frame_positions import transformer_class
 from wamkit.model.weights import ALWAYS_FROZEN, BaseWeights, is_action_head_param, is_generation_param
 
 
@@ -41,8 +42,9 @@ UNPUBLISHED_PRESETS = ("edge", "super")
 
 
 def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int,
-                      fps_modulation: bool = True) -> Cosmos3OmniTransformer:
-    """A randomly initialised transformer of a preset's shape with the action pathway enabled."""
+                      fps_modulation: bool = True, frame_positions: str = "none") -> Cosmos3OmniTransformer:
+    """A randomly initialised transformer of a preset's shape with the action pathway enabled (and, with
+    `frame_positions = "fourier"`, vision tokens that carry their place in the frame: wamkit.model.frame_positions)."""
     if preset in UNPUBLISHED_PRESETS:
         raise ConfigError(
             "model.preset",
@@ -52,7 +54,7 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
     if preset not in PRESETS:
         raise ConfigError("model.preset", f"unknown preset {preset!r}", f"use one of {sorted(PRESETS)}")
     p = PRESETS[preset]
-    model = Cosmos3OmniTransformer(
+    model = transformer_class(frame_positions)(
         num_hidden_layers=p.num_hidden_layers,
         hidden_size=p.hidden_size,
         num_attention_heads=p.num_attention_heads,

@@ -213,14 +213,18 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     from diffusers import Cosmos3OmniTransformer
     from safetensors.torch import load_file
 
+    from wamkit.model.frame_positions import transformer_class_named
+
     transformer_dir = Path(transformer_dir)
     dtype = stored_dtype(transformer_dir)
+    config = Cosmos3OmniTransformer.load_config(str(transformer_dir))
+    transformer_class = transformer_class_named(config.get("_class_name"))  # ours when the run had frame positions
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:
-        model = Cosmos3OmniTransformer.from_pretrained(str(transformer_dir), torch_dtype=dtype)
+        model = transformer_class.from_pretrained(str(transformer_dir), torch_dtype=dtype)
         return host_checked_domain_heads(torch.nn.Module.to(model, dtype))  # its fp32 time embedder too (place_for_inference)
-    model = Cosmos3OmniTransformer.from_config(Cosmos3OmniTransformer.load_config(str(transformer_dir)))
+    model = transformer_class.from_config(config)
     files = sorted(transformer_dir.glob("*.safetensors"))
     if not files:
         raise CheckpointError(str(transformer_dir), "no *.safetensors files found", "re-export the run")

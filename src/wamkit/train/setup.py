@@ -104,7 +104,7 @@ def build_run_data(cfg) -> RunData:
 def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):
     with torch.device("meta" if meta else device):
         model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains,
-                                  cfg.model.fps_modulation)
+                                  cfg.model.fps_modulation, cfg.model.frame_positions)
         if cfg.model.zero_init_video_output:
             zero_video_output(model)
     set_trainable(model, cfg.model.train_text_pathway)
