@@ -184,7 +184,7 @@ phase1() {
   # processes on the host) once the world model is done: the two overlap instead of adding ~80 s
   stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it once the world model is done)"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-    --device "$DEVICE" --out "$EV/final" "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1 &
+    --device "$DEVICE" --out "$EV/final" --expert-trace "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1 &
   local final_pid=$!
   if [ -n "$wm_pid" ]; then
     wait "$wm_pid"
@@ -293,7 +293,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     cp "$RUNS/$name/metrics.jsonl" "$LOG/metrics_$name.jsonl" 2>/dev/null  # where each step's time went (data_wait_s)
     grep -h "val_loss" "$LOG/train_$name.log" | tail -4 | sed "s/^/$name: /"
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
-      --device "$DEVICE" --out "$EV/$name" > "$LOG/eval_$name.log" 2>&1 &
+      --device "$DEVICE" --out "$EV/$name" --expert-trace > "$LOG/eval_$name.log" 2>&1 &
   done
   wait
   for name in "${names[@]}"; do

@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--noise-scale", type=float, default=1.0, help=NOISE_SCALE_HELP)
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
+    eval_sim.add_argument("--expert-trace", action="store_true", help="also ask the simulator's scripted expert what it would do "
+                          "in every state the policy acts in; the report says, per action dimension, how often the policy "
+                          "moved the way the expert firmly asked and how far apart they were (failed episodes apart)")
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     eval_sim.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     eval_sim.add_argument("--workers", type=int, default=0, help="simulator processes: the policy answers all of them in one "

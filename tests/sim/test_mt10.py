@@ -157,6 +157,25 @@ def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, t
     assert set(timing["ms_per_predict_by_batch"]) <= {"1", "2"} and all(v > 0 for v in timing["ms_per_predict_by_batch"].values())
 
 
+def test_expert_trace_serial_and_batched_counts_every_executed_step_and_reports_it(run_dir, tmp_path):
+    from wamkit.eval.suite import evaluate_envs
+
+    policy = load_policy(run_dir, num_steps=1)
+    kw = dict(max_episode_steps=8, execute_horizon=4, num_steps=1, expert_trace=True)
+    for workers in (0, 2):
+        result = evaluate_envs(policy, expand_env_names(TWO), 2, seed=1, workers=workers, out_dir=tmp_path / str(workers), **kw)
+        for task in result.tasks:
+            trace = task.expert_agreement
+            assert trace["names"] == list(get_spec(task.env_name).action_names)
+            assert trace["all"]["steps"] == sum(e.length for e in task.per_episode)
+            assert (trace["failed"] is None) == all(e.success for e in task.per_episode)
+            assert all(s is None or 0 <= s <= 1 for s in trace["all"]["same_direction"])
+            report = (Path(task.out_dir) / "report.md").read_text()
+            assert "against the scripted expert" in report
+    plain = evaluate_envs(policy, expand_env_names(TWO), 1, seed=1, workers=2, max_episode_steps=4, num_steps=1)
+    assert plain.tasks[0].expert_agreement is None
+
+
 def test_batched_closed_loop_with_more_workers_than_episodes(run_dir, tmp_path):
     """Every episode ends in the first round (4 steps, 4 executed), so three workers come free while only
     one episode is left: the H200 curve (2 episodes a task, 15 workers) once died popping an empty queue there."""

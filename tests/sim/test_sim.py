@@ -109,8 +109,10 @@ def test_a_chunk_executed_blind_ends_in_the_observation_of_stepping_with_eyes_op
     envs, settings = {}, EnvSettings(resolution=64)
     worker_env = _env(envs, ENV, settings)  # the env a worker process keeps for this task
     worker_env.reset(7)
-    obs, taken, success, done = _act(envs, settings, ENV, chunk, steps_left=100)
+    obs, taken, success, done, asked = _act(envs, settings, ENV, chunk, steps_left=100, expert=True)
     assert taken == 8 and not done
+    # the expert asked in each state the chunk acted in: the chunk itself, as the chunk is the expert's own
+    np.testing.assert_allclose(np.stack(asked), np.stack(chunk), atol=1e-6)
     np.testing.assert_array_equal(obs["image"], seen["image"])
     np.testing.assert_array_equal(obs["state"], seen["state"])
     assert worker_env.step(chunk[0], observe=False).obs is None

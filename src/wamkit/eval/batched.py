@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from wamkit.eval.cameras import eval_cameras, policy_observation
-from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize
+from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize, trace_agreement
 
 
 @dataclass
@@ -32,6 +34,8 @@ class _Live:
     length: int = 0
     replans: int = 0
     success: bool = False
+    executed: list = field(default_factory=list)  # with expert_trace: the actions taken ...
+    expert: list = field(default_factory=list)  # ... and the scripted expert's in the same states
 
 
 def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None):
@@ -49,7 +53,7 @@ def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None)
 def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int = 1, *, workers: int = 8,
                      execute_horizon: int | None = None, resolution: int | None = None,
                      max_episode_steps: int | None = None, num_steps: int | None = None, pool=None,
-                     verbose: bool = False) -> list[EvalResult]:
+                     verbose: bool = False, expert_trace: bool = False) -> list[EvalResult]:
     """`episodes` episodes in each env (the same seeds in each), one EvalResult per env in env order.
     `pool`: an open `EnvWorkers` built with the same settings, reused across calls (checkpoints)."""
     from wamkit.sim.envs import get_spec
@@ -68,19 +72,25 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
     own = pool is None
     pool = pool or EnvWorkers(min(workers, len(queue)), settings)
     done: dict[str, list[EpisodeResult]] = {s.name: [] for s in specs}
+    traces: dict[str, dict[int, tuple]] = {s.name: {} for s in specs}  # (executed, expert) by episode index
     timing = Timing()
     captures = _graph_captures(policy)
     try:
-        _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing)
+        _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing, traces if expert_trace else None)
     finally:
         if own:
             pool.close()
     seconds = time.perf_counter() - t0
     timing.graph_captures = _graph_captures(policy) - captures
     print(f"[wamkit eval] {timing.line(seconds)}", flush=True)
-    return [summarize(policy, s, sorted(done[s.name], key=lambda e: e.index), horizon=horizon,
-                      budget=settings.max_episode_steps or s.max_episode_steps, resolution=settings.resolution, seed=seed,
-                      num_steps=steps, seconds=seconds, timing=timing.to_json(seconds)) for s in specs]
+    results = []
+    for s in specs:
+        episodes = sorted(done[s.name], key=lambda e: e.index)
+        agreement = trace_agreement(s, [traces[s.name][e.index] for e in episodes], episodes) if expert_trace else None
+        results.append(summarize(policy, s, episodes, horizon=horizon, budget=settings.max_episode_steps or s.max_episode_steps,
+                                 resolution=settings.resolution, seed=seed, num_steps=steps, seconds=seconds,
+                                 timing=timing.to_json(seconds), expert_agreement=agreement))
+    return results
 
 
 @dataclass
@@ -128,8 +138,10 @@ def _graph_captures(policy) -> int:
     return int(getattr(policy, "graph_captures", 0) or 0)  # 0 for policies without CUDA graphs (ACT, DP, the CPU)
 
 
-def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool, timing: Timing) -> None:
-    """Rounds of: start episodes on free workers, one batched predict, every live worker executes its chunk."""
+def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool, timing: Timing,
+         traces: dict | None = None) -> None:
+    """Rounds of: start episodes on free workers, one batched predict, every live worker executes its chunk
+    (and, with `traces`, reports the expert's action in each state it acted in)."""
     live: dict[int, _Live] = {}
     while live or queue:
         t0 = time.perf_counter()
@@ -147,13 +159,18 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
         for w, chunk in zip(workers, chunks):
             ep = live[w]
             ep.replans += 1
-            pool.send(w, "act", ep.spec.name, chunk[:horizon], ep.budget - ep.length)
-        for w in workers:
+            pool.send(w, "act", ep.spec.name, chunk[:horizon], ep.budget - ep.length, traces is not None)
+        for w, chunk in zip(workers, chunks):
             ep = live[w]
-            ep.obs, taken, success, finished = pool.receive(w)
+            ep.obs, taken, success, finished, asked = pool.receive(w)
+            if traces is not None:
+                ep.executed += [np.asarray(a, np.float64) for a in chunk[:taken]]
+                ep.expert += [np.asarray(a, np.float64) for a in asked]
             ep.length, ep.success = ep.length + taken, ep.success or success
             if finished:
                 done[ep.spec.name].append(EpisodeResult(ep.index, ep.seed, ep.success, ep.length, ep.replans, ticks=ep.length))
+                if traces is not None:
+                    traces[ep.spec.name][ep.index] = (ep.executed, ep.expert)
                 del live[w]
                 if verbose:
                     print(f"[wamkit eval] {ep.spec.name} episode {ep.index}: {'success' if ep.success else 'failure'} "

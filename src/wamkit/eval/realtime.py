@@ -30,6 +30,8 @@ class Rollout:
     frames: list = field(default_factory=list)
     seam_changes: list[float] = field(default_factory=list)  # |a_first_new - a_last_old|^2 per seam
     step_changes: list[float] = field(default_factory=list)  # |a_t - a_{t-1}|^2 per executed step
+    executed: list = field(default_factory=list)  # with expert=True: each executed action ...
+    expert: list = field(default_factory=list)  # ... and the scripted expert's in the same state (eval.expert_agreement)
 
 
 def check_schedule(mode: str, delay: int, horizon: int, chunk_length: int) -> str | None:
@@ -45,8 +47,9 @@ def check_schedule(mode: str, delay: int, horizon: int, chunk_length: int) -> st
 
 
 def run_episode(policy, env, obs: dict, *, mode: str, delay: int, horizon: int, seed: int, num_steps: int,
-                budget: int) -> Rollout:
-    """One episode from `obs` (the env just reset) until success-and-done, env done, or `budget` ticks."""
+                budget: int, expert: bool = False) -> Rollout:
+    """One episode from `obs` (the env just reset) until success-and-done, env done, or `budget` ticks; with
+    `expert`, the env's scripted expert is asked for its action in every state the policy acts in."""
     buffer, out = ChunkBuffer(policy.chunk_length, horizon), Rollout(frames=[obs["image"]])
     pending, last = None, None  # (chunk, tick it is ready)
     while out.ticks < budget:
@@ -73,6 +76,9 @@ def run_episode(policy, env, obs: dict, *, mode: str, delay: int, horizon: int, 
             if seam:
                 out.seam_changes.append(change)
         last = np.asarray(action, np.float64)
+        if expert:
+            out.executed.append(last)
+            out.expert.append(np.asarray(env.expert_action(), np.float64))
         result = env.step(action)
         obs, out.length, out.ticks = result.obs, out.length + 1, out.ticks + 1
         out.frames.append(obs["image"])

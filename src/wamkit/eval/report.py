@@ -41,9 +41,15 @@ def write_report(result, out_dir: str | Path) -> Path:
         f"- frames {result.resolution}x{result.resolution} px; episode seeds from seed {result.seed}; "
         f"{result.seconds:.1f} s wall",
         f"- inference delay {result.inference_delay} control steps, mode {result.mode}; mean squared action change "
-        f"at chunk seams {_fmt_jerk(result.seam_jerk)} ({result.seams} seams), over all steps {_fmt_jerk(result.step_jerk)}", "",
-        "| episode | seed | success | length | chunks | video |", "| --- | --- | --- | --- | --- | --- |",
+        f"at chunk seams {_fmt_jerk(result.seam_jerk)} ({result.seams} seams), over all steps {_fmt_jerk(result.step_jerk)}",
     ]
+    agreement = getattr(result, "expert_agreement", None)
+    if agreement:
+        from wamkit.eval.expert_agreement import agreement_line
+
+        lines.append(f"- against the scripted expert in the policy's own states (share of the expert's firm moves "
+                     f"followed in direction, mean |difference| in half ranges): {agreement_line(agreement)}")
+    lines += ["", "| episode | seed | success | length | chunks | video |", "| --- | --- | --- | --- | --- | --- |"]
     for e in result.per_episode:
         video = f"[{e.video}]({e.video})" if e.video else ""
         lines.append(f"| {e.index} | {e.seed} | {'yes' if e.success else 'no'} | {e.length} | {e.replans} | {video} |")

@@ -78,6 +78,7 @@ class EvalResult:
     seams: int = 0
     timing: dict | None = None  # batched evaluation only: policy / simulator seconds (wamkit.eval.batched.Timing)
     noise_scale: float = 1.0  # the sampler's starting noise scale (wamkit.policy.load_policy)
+    expert_agreement: dict | None = None  # --expert-trace: the policy's actions against the expert's (eval.expert_agreement)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -145,12 +146,14 @@ def frame_size(policy, resolution: int | None) -> int:
 def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizon: int | None = None, *,
              out_dir: str | Path | None = None, resolution: int | None = None, max_episode_steps: int | None = None,
              num_videos: int = 1, num_steps: int | None = None, camera: str | None = None,
-             verbose: bool = False, inference_delay: int = 0, mode: str = "sync") -> EvalResult:
+             verbose: bool = False, inference_delay: int = 0, mode: str = "sync", expert_trace: bool = False) -> EvalResult:
     """Run `episodes` closed-loop episodes; with `out_dir`, write rollout mp4s, results.json and report.md.
 
     `policy` is a Policy or a path (export / run / checkpoint directory). `execute_horizon` defaults to
     the policy's chunk length. `resolution` defaults to the frame size of the policy's training data.
     `inference_delay` / `mode`: simulated latency in control ticks and what the robot does meanwhile.
+    `expert_trace`: also ask the env's scripted expert what it would do in every state the policy acted in
+    (result.expert_agreement, wamkit.eval.expert_agreement).
     Videos: the first `num_videos` successes and the first `num_videos` failures, so a report shows what
     working and failing look like rather than whichever episodes came first."""
     from wamkit.data.writer import encode_video
@@ -180,13 +183,15 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     seam_changes: list[float] = []
     step_changes: list[float] = []
     videos_written = {True: 0, False: 0}  # per outcome
+    traces: list[tuple] = []  # (executed, expert) per episode, with expert_trace
     camera = eval_cameras(policy.camera_keys, camera)  # a policy of several cameras sees them all
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):
             ep_seed = episode_seed(seed, i)
             rollout = run_episode(policy, env, env.reset(ep_seed), mode=mode, delay=inference_delay, horizon=horizon,
-                                  seed=ep_seed, num_steps=steps, budget=env.max_episode_steps)
+                                  seed=ep_seed, num_steps=steps, budget=env.max_episode_steps, expert=expert_trace)
+            traces.append((rollout.executed, rollout.expert))
             success, length, replans, frames = rollout.success, rollout.length, rollout.replans, rollout.frames
             seam_changes += rollout.seam_changes
             step_changes += rollout.step_changes
@@ -204,10 +209,20 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     result = summarize(policy, spec, per_episode, horizon=horizon, budget=budget, resolution=int(resolution), seed=seed,
                        num_steps=steps, seconds=time.perf_counter() - t0, out_dir=out, mode=mode,
                        inference_delay=int(inference_delay), seam_jerk=_mean(seam_changes), step_jerk=_mean(step_changes),
-                       seams=len(seam_changes))
+                       seams=len(seam_changes),
+                       expert_agreement=trace_agreement(spec, traces, per_episode) if expert_trace else None)
     if out is not None:
         write_report(result, out)
     return result
+
+
+def trace_agreement(spec, traces: list[tuple], per_episode: list[EpisodeResult]) -> dict:
+    """expert_agreement of one env's episodes from their (executed, expert) action lists."""
+    from wamkit.eval.expert_agreement import agreement
+
+    as_array = lambda rows: np.asarray(rows, np.float64).reshape(len(rows), spec.action_dim)  # noqa: E731
+    return agreement([as_array(e) for e, _ in traces], [as_array(x) for _, x in traces],
+                     [not e.success for e in per_episode], spec.action_names, spec.action_bounds)
 
 
 def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, budget: int, resolution: int, seed: int,

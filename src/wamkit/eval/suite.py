@@ -165,13 +165,14 @@ def _summary_line(result) -> str:
 def eval_sim_main(args) -> int:
     """`wamkit eval sim CHECKPOINT_OR_EXPORT ENV --episodes N --seed S [--horizon H] [--out DIR] [--all-checkpoints]`;
     ENV is an env, a comma-separated list or a suite such as metaworld/mt10."""
+    from wamkit.eval.expert_agreement import agreement_line
     from wamkit.sim.envs import expand_env_names
 
     names = expand_env_names(args.env)
     out = Path(args.out) if args.out else Path("eval") / args.env.replace("/", "_").replace(",", "+")
     common = dict(execute_horizon=args.horizon, resolution=getattr(args, "resolution", None),
                   max_episode_steps=getattr(args, "max_steps", None), num_steps=getattr(args, "num_steps", None) or 10,
-                  verbose=True)
+                  verbose=True, expert_trace=getattr(args, "expert_trace", False))
     workers = getattr(args, "workers", 0) or 0
     # where the policy computes, in what, and how far from the mode it samples
     place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"),
@@ -192,8 +193,11 @@ def eval_sim_main(args) -> int:
         return 0
     policy = load_policy(args.path, num_steps=common["num_steps"], **place)
     result = evaluate_envs(policy, names, args.episodes, args.seed, out_dir=out, workers=workers, **common)
-    for task in getattr(result, "tasks", []):
-        print(_summary_line(task))
+    for task in getattr(result, "tasks", None) or [result]:
+        if len(names) > 1:
+            print(_summary_line(task))
+        if task.expert_agreement:
+            print(f"  against the expert (direction followed, |diff|): {agreement_line(task.expert_agreement)}")
     print(_summary_line(result))
     videos = sorted(out.rglob("rollout_*_success.mp4")) or sorted(out.rglob("rollout_*.mp4"))
     print(f"report: {out / 'report.md'}" + (f"\nrollout video: {videos[0]}" if videos else ""))

@@ -51,16 +51,20 @@ def _reset(envs, settings, name: str, seed: int):
     return env.reset(seed), env.max_episode_steps
 
 
-def _act(envs, settings, name: str, actions, steps_left: int):
-    """Execute actions until success-and-done, done or `steps_left`; (obs, steps taken, success, done).
-    Only the state after the last action is rendered: the policy plans from it alone."""
+def _act(envs, settings, name: str, actions, steps_left: int, expert: bool = False):
+    """Execute actions until success-and-done, done or `steps_left`; (obs, steps taken, success, done, the
+    scripted expert's action in each state acted in or None without `expert`). Only the state after the last
+    action is rendered: the policy plans from it alone."""
     env, success, done, taken = _env(envs, name, settings), False, False, 0
+    asked = [] if expert else None
     for action in actions[:steps_left]:
+        if expert:
+            asked.append(env.expert_action())
         result = env.step(action, observe=False)
         taken, success, done = taken + 1, success or result.success, result.done
         if done:
             break
-    return (env.observe() if taken else None), taken, success, done or taken >= steps_left
+    return (env.observe() if taken else None), taken, success, done or taken >= steps_left, asked
 
 
 HANDLERS = {"expert": _expert, "reset": _reset, "act": _act}
