@@ -482,14 +482,16 @@ def write_outputs(out: Path, rows: list[Row], meta: dict) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     # The torch/diffusers (triton) stack is imported before any MuJoCo GL context exists: with Mesa's
-    # llvmpipe (software EGL), loading triton's LLVM after Mesa's crashes the process.
+    # llvmpipe (software EGL), loading triton's LLVM after Mesa's crashes the process. Only wamkit's own method
+    # needs diffusers: LeRobot's ACT and DP run on hosts that carry none (MT10 PHASE=2 on a fresh machine).
     import torch  # noqa: F401
     import wamkit.sim  # noqa: F401 - picks a headless MUJOCO_GL before mujoco is imported
     from wamkit.eval.suite import evaluate_envs
     from wamkit.sim.envs import expand_env_names
-    from wamkit.train.setup import build_run_data
-    import wamkit.policy  # noqa: F401
-    import wamkit.train.trainer  # noqa: F401
+    from wamkit.train.datasets import build_run_data
+    if "wamkit" in args.methods or args.judge_world_model:
+        import wamkit.policy  # noqa: F401
+        import wamkit.train.trainer  # noqa: F401
 
     unavailable = probe_lerobot() if {"act", "diffusion"} & set(args.methods) else {}
     out = Path(args.out).resolve()

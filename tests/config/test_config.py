@@ -214,7 +214,8 @@ def test_variables_are_expanded_once_at_load_and_read_as_they_are(tmp_path, monk
     and a variable unset at load raises its field's error only where that path is needed."""
     import wamkit.config.env as env
     from wamkit.data import write_demo_dataset
-    from wamkit.train.setup import build_run_data, build_tokenizers
+    from wamkit.train.datasets import build_run_data
+    from wamkit.train.setup import build_tokenizers
 
     root = write_demo_dataset(tmp_path / "demo", num_episodes=2, episodes_per_file=2)
     monkeypatch.setenv("WAMKIT_TEST_DATA", str(root))

@@ -18,7 +18,7 @@ from wamkit.data import write_demo_dataset
 from wamkit.data.doctor import DatasetExpectation, diagnose
 from wamkit.data.video import close_all
 from wamkit.errors import DataError
-from wamkit.train.setup import build_run_data
+from wamkit.train.datasets import build_run_data
 
 DATA0 = "data/chunk-000/file-000.parquet"
 

@@ -149,7 +149,7 @@ def test_windows_equal_lerobot_reading(lerobot_dump):
 
 def test_trains_three_steps(lerobot_dump, tmp_path):
     from wamkit.config import load_experiment
-    from wamkit.train.setup import build_run_data
+    from wamkit.train.datasets import build_run_data
     from wamkit.train.trainer import Trainer
 
     layout, root, _, _ = lerobot_dump

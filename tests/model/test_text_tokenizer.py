@@ -129,7 +129,7 @@ def test_prompts_longer_than_max_text_tokens_are_named_once_when_the_data_opens(
     """The byte tokenizer keeps bos + the first max_text_tokens - 2 bytes + eos: a longer prompt loses its end.
     Opening the data says so once, with the count, the longest prompt and the knob."""
     from wamkit.data import write_demo_dataset
-    from wamkit.train.setup import build_run_data
+    from wamkit.train.datasets import build_run_data
 
     root = write_demo_dataset(tmp_path / "demo", num_episodes=2, episodes_per_file=2)
     cfg = lambda n: load_experiment(DEMO_RECIPE, [f'data.path="{root}"', "data.generate_demo=false",  # noqa: E731

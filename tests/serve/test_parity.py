@@ -13,7 +13,7 @@ from openpi_client.websocket_client_policy import WebsocketClientPolicy
 import wamkit.diffusion.objective as objective_module
 from wamkit.policy import Policy, config_from_dict, load_from_export
 from wamkit.serve import PolicyServer
-from wamkit.train.setup import build_run_data
+from wamkit.train.datasets import build_run_data
 
 from tests.serve.serve_helpers import NUM_STEPS
 

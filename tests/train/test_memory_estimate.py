@@ -220,7 +220,8 @@ def test_wamkit_distill_refuses_a_run_that_cannot_fit_naming_the_gpu_count_that_
     from wamkit.distill import load_distill_recipe
     from wamkit.distill.trainer import DistillTrainer
     from wamkit.train import parallel
-    from wamkit.train.setup import build_run_data, build_tokenizers
+    from wamkit.train.datasets import build_run_data
+    from wamkit.train.setup import build_tokenizers
 
     bundle = write_synthetic_bundle(tmp_path / "bundle", samples=8)
     cfg, dcfg = load_distill_recipe(recipe(3), tiny_overrides(bundle, tmp_path, "stage3", 1, load_path=str(tmp_path),

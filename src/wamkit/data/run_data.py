@@ -1,4 +1,4 @@
-"""What a run reads, built by `wamkit.train.setup.build_run_data` (LeRobot datasets) or
+"""What a run reads, built by `wamkit.train.datasets.build_run_data` (LeRobot datasets) or
 `wamkit.bimanual.bundle.build_bundle_run_data` (sim-bimanual bundles): the windows, the sample transform
 and the data contract, and the fingerprint a `data.latent_cache` must carry to stand in for the video."""
 

@@ -66,8 +66,9 @@ from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_di
 from wamkit.train.base_identity import require_full_weights
 from wamkit.config.schedule import build_schedule
 from wamkit.model.materialize import materialize
-from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
-                                load_base_weights, materialize_run_model)
+from wamkit.train.datasets import build_run_data
+from wamkit.train.setup import (build_model, build_tokenizers, builds_on_meta, check_placement, check_vocab, load_base_weights,
+                                materialize_run_model)
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.trainer import RESUMABLE_KNOBS, sample_generator
 

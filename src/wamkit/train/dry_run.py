@@ -13,7 +13,8 @@ from wamkit.model.cosmos3 import count_parameters
 from wamkit.train.disk import estimated_checkpoint_bytes, extra_save_steps, format_bytes, number_of_saves, required_bytes
 from wamkit.train.memory import token_counts
 from wamkit.model.tokenizer import PIXEL_TOKENIZERS, latent_channels_for
-from wamkit.train.setup import build_model, build_tokenizers, open_dataset
+from wamkit.train.datasets import open_dataset
+from wamkit.train.setup import build_model, build_tokenizers
 
 
 NOMINAL_VIEW = (720, 1280)  # camera size assumed by a dry run without the dataset (then fitted to the tier)

@@ -24,7 +24,8 @@ def cache_latents(cfg, out_dir: str | Path, batch_size: int = 8, dtype: str = "f
     renamed into place when done."""
     from wamkit.device import resolve_device
 
-    from wamkit.train.setup import build_run_data, build_tokenizers
+    from wamkit.train.datasets import build_run_data
+    from wamkit.train.setup import build_tokenizers
 
     out = Path(out_dir).expanduser()
     if out.exists() and any(out.iterdir()):

@@ -103,7 +103,7 @@ def check_dataset(cfg, opened: dict) -> str:
         if cfg.data.generate_demo:
             return f"{root} is missing: data.generate_demo writes the demo dataset there"
         raise _missing("data.path", root, "does not exist" if not root.exists() else "has no meta/info.json (not a LeRobot v3.0 dataset)")
-    from wamkit.train.setup import open_dataset
+    from wamkit.train.datasets import open_dataset
 
     dataset = opened["dataset"] = open_dataset(cfg)
     return (f"{root}: LeRobot v3.0, {len(dataset.episode_indices)} episodes, {dataset.fps:g} fps, "

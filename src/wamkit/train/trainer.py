@@ -35,8 +35,9 @@ from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean_tensor, all_reduce_min, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.config.schedule import build_schedule
-from wamkit.train.setup import (build_model, build_run_data, build_tokenizers, builds_on_meta, check_placement, check_vocab,
-                                load_base_weights, materialize_run_model)
+from wamkit.train.datasets import build_run_data
+from wamkit.train.setup import (build_model, build_tokenizers, builds_on_meta, check_placement, check_vocab, load_base_weights,
+                                materialize_run_model)
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import StartupTimeline, StepInterval, Throughput, seconds_since_launch
