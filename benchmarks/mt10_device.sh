@@ -219,9 +219,10 @@ judge() {  # the world model ranks the checkpoints (policies and sim reports in 
 }
 
 phase2() {
-  # policy_quality.py imports wamkit's training stack (diffusers) before any GL context; .whl_p2 cannot carry
-  # diffusers beside the tree (64 MiB), so PHASE=2 runs on the machine a PHASE=1 or sweep call just left warm, whose
-  # /tmp/site has it (a fresh machine: ACT and DP died at import in the nineteenth session's first call)
+  # LeRobot's Diffusion Policy builds its noise scheduler with diffusers (and the judge is wamkit's world model);
+  # .whl_p2 cannot carry diffusers beside the tree (64 MiB: 92 KB over in the nineteenth session), so PHASE=2 runs on
+  # the machine a PHASE=1 or sweep call just left warm, whose /tmp/site has it (a fresh machine: ACT and DP died at
+  # import in the nineteenth session's first call)
   if ! $PY -c "import diffusers" 2>/dev/null; then
     stamp "PHASE=2 needs diffusers, which only a warm machine has (from PHASE=1 or sweep's .whl_p1): call it right after one"
     exit 1

@@ -482,8 +482,9 @@ def write_outputs(out: Path, rows: list[Row], meta: dict) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     # The torch/diffusers (triton) stack is imported before any MuJoCo GL context exists: with Mesa's
-    # llvmpipe (software EGL), loading triton's LLVM after Mesa's crashes the process. Only wamkit's own method
-    # needs diffusers: LeRobot's ACT and DP run on hosts that carry none (MT10 PHASE=2 on a fresh machine).
+    # llvmpipe (software EGL), loading triton's LLVM after Mesa's crashes the process. wamkit's training stack
+    # only for wamkit's own method and the judge (ACT runs where diffusers is missing; LeRobot's DP needs it for its
+    # noise scheduler).
     import torch  # noqa: F401
     import wamkit.sim  # noqa: F401 - picks a headless MUJOCO_GL before mujoco is imported
     from wamkit.eval.suite import evaluate_envs
