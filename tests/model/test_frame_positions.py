@@ -5,16 +5,15 @@ saves, reloads and exports to a directory that loads back as the same model."""
 import pytest
 import torch
 
-from tests.helpers import train_tiny_run
+from tests.helpers import DEMO_RECIPE, train_tiny_run
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 from wamkit.export import export_run, verify_same_outputs
-from wamkit.model.cosmos3 import build_transformer
+from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FEATURES, FramePositionCosmos3, axis_features, grid_features
 from wamkit.model.materialize import materialize
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
-from tests.helpers import DEMO_RECIPE
 
 FOURIER = 'model.frame_positions="fourier"'
 
@@ -65,8 +64,6 @@ def test_materialised_projection_starts_at_zero_and_is_trainable():
         model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, frame_positions="fourier")
     materialize(model, torch.device("cpu"), seed=0)
     assert not model.frame_position.weight.any()
-    from wamkit.model.cosmos3 import set_trainable
-
     set_trainable(model, train_text_pathway=False)
     assert model.frame_position.weight.requires_grad
 
