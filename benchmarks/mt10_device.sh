@@ -46,8 +46,12 @@
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
 # of 16 for every method. The world model (recipes/metaworld_fd_mt10.toml) ranks the policy's checkpoints
 # (FRACTIONS) by imagined closest approach to the recorded goal frame against their sim success
-# (`wamkit eval wm-policy --state recorded`); ACT and DP are judged in PHASE=2's processes
-# (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine.
+# (`wamkit eval wm-policy --state S`); ACT and DP are judged in PHASE=2's processes
+# (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine. JUDGE_STATES: the states
+# the policies are shown in imagination, the first one PHASE=1's (and the headline ranking, eval/judge_all); PHASE=2
+# judges ACT and DP under each and the checkpoints again under the others (eval/judge_all_<state>, ~110 s more):
+# "affine" (default: the state advanced by the policy's own actions, wamkit.worldmodel.state_model) and "recorded"
+# (the expert's state at the same step, which a policy that leans on its state follows whatever it does).
 # "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 beside one other job (wamkit's
 # policy beside the world model, ACT beside DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s,
 # ACT's and DP's by their own measured rate (policy_quality --train-seconds).
@@ -94,6 +98,7 @@ read -r -a extra <<< "${WM_EXTRA:-}"; WM_SET+=("${extra[@]}")
 read -r -a EVAL_SET <<< "${EVAL_EXTRA:-}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
+read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine recorded}"
 # CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one
 # view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
@@ -106,7 +111,7 @@ mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
 # PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
 case $PHASE in
-  2) rm -rf "$EV/act" "$EV/diffusion" "$EV/judge_all" "$LOG" ;;
+  2) rm -rf "$EV/act" "$EV/diffusion" "$EV"/judge_all* "$EV"/judge_[a-z]* "$LOG" ;;
   eval) rm -rf "$EV"/sampler_* "$LOG" ;;  # PHASE=1's policy and reports stay: this phase evaluates them again
   *) rm -rf "$RUNS" "$EV" "$LOG" ;;
 esac
@@ -203,7 +208,8 @@ pack1() {  # after every stage, so a call cut at its limit still sends back what
   cp "$EV"/curve/success_vs_step.* "$OUT/" 2>/dev/null
 }
 
-judge() {  # the world model ranks the checkpoints (policies and sim reports in the same step order)
+judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and sim reports in the same step order)
+  local state=${1:-${JUDGE_STATE_LIST[0]}} out=${2:-$EV/judge}
   [[ $CAMERA == *,* ]] && { stamp "judge skipped: CAMERA=$CAMERA (the judge takes single-camera models)"; return; }
   local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
@@ -213,9 +219,10 @@ judge() {  # the world model ranks the checkpoints (policies and sim reports in 
     policies+=("$(ls -d "$RUNS"/policy/checkpoints/iter_* | awk -F_ -v s="$step" '$NF + 0 == s')")
     reports+=("$report")
   done
-  stamp "judge: $wm ranks ${#policies[@]} checkpoints"
-  wamkit eval wm-policy "$wm" --policies "${policies[@]}" --sim-reports "${reports[@]}" --state recorded \
-    --horizon $HORIZON --max-steps "$JUDGE_STEPS" --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge" > "$LOG/judge.log" 2>&1 || tail -20 "$LOG/judge.log"
+  stamp "judge: $wm ranks ${#policies[@]} checkpoints, the $state state"
+  wamkit eval wm-policy "$wm" --policies "${policies[@]}" --sim-reports "${reports[@]}" --state "$state" \
+    --horizon $HORIZON --max-steps "$JUDGE_STEPS" --num-steps 1 --no-videos --device "$DEVICE" --out "$out" \
+    > "$LOG/$(basename "$out").log" 2>&1 || tail -20 "$LOG/$(basename "$out").log"
 }
 
 phase2() {
@@ -233,7 +240,7 @@ phase2() {
   local wm judge_args=()
   wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
   if [ -n "$wm" ] && [ -f "$EV/judge/report.json" ]; then
-    judge_args=(--judge-world-model "$wm" --judge-max-steps "$JUDGE_STEPS" --judge-num-steps 1)
+    judge_args=(--judge-world-model "$wm" --judge-max-steps "$JUDGE_STEPS" --judge-num-steps 1 --judge-state "${JUDGE_STATE_LIST[@]}")
     stamp "PHASE=1's world model ($wm) is here: it judges ACT and DP too"
   else
     stamp "no PHASE=1 world model on this machine (a fresh start): ACT and DP are not judged"
@@ -249,14 +256,23 @@ phase2() {
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
   grep -h "success\|failed\|not run\|world-model score" "$LOG"/pq_*.log | tail -8
-  if [ -f "$EV/act/judge/act/report.json" ] && [ -f "$EV/diffusion/judge/diffusion/report.json" ]; then
-    stamp "one ranking: PHASE=1's checkpoints, ACT and DP"
-    wamkit eval wm-policy-merge "$EV/judge" "$EV/act/judge/act" "$EV/diffusion/judge/diffusion" --out "$EV/judge_all" \
-      > "$LOG/judge_all.log" 2>&1 || tail -5 "$LOG/judge_all.log"
-    tail -3 "$LOG/judge_all.log"
-  fi
+  # one ranking per state mode: PHASE=1's checkpoints (judged again here under the modes after the first), ACT and DP
+  local i state sub ckpts
+  for i in "${!JUDGE_STATE_LIST[@]}"; do
+    state=${JUDGE_STATE_LIST[i]}; sub=judge; ckpts=$EV/judge
+    if [ "$i" -gt 0 ]; then
+      sub=judge_$state; ckpts=$EV/judge_ckpts_$state
+      [ -f "$EV/judge/report.json" ] && [ -d "$EV/curve" ] && { judge "$state" "$ckpts"; }
+    fi
+    if [ -f "$ckpts/report.json" ] && [ -f "$EV/act/$sub/act/report.json" ] && [ -f "$EV/diffusion/$sub/diffusion/report.json" ]; then
+      stamp "one ranking, the $state state: PHASE=1's checkpoints, ACT and DP"
+      wamkit eval wm-policy-merge "$ckpts" "$EV/act/$sub/act" "$EV/diffusion/$sub/diffusion" --out "$EV/${sub/judge/judge_all}" \
+        > "$LOG/${sub/judge/judge_all}.log" 2>&1 || tail -5 "$LOG/${sub/judge/judge_all}.log"
+      grep -h "Spearman rho" "$LOG/${sub/judge/judge_all}.log"
+    fi
+  done
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
-    eval/diffusion/table.md $(cd "$WORK" && ls -d eval/*/judge eval/judge_all 2>/dev/null) 2>/dev/null
+    eval/diffusion/table.md $(cd "$WORK" && ls -d eval/*/judge* eval/judge_all* eval/judge_ckpts_* 2>/dev/null) 2>/dev/null
   pack_logs
 }
 

@@ -113,8 +113,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--videos", type=int, default=1, help="rollout videos kept per method and outcome (the first successes and failures)")
     p.add_argument("--judge-world-model", default=None, metavar="WM",
                    help="also score each LeRobot policy in this forward-dynamics world model (a checkpoint, run or export of "
-                   "the same data), as `wamkit eval wm-policy WM --state recorded` would: <out>/judge/<method>/report.json, "
-                   "which `wamkit eval wm-policy-merge` ranks beside checkpoints judged with the same settings")
+                   "the same data), as `wamkit eval wm-policy WM --state S` would: <out>/judge/<method>/report.json (the "
+                   "first --judge-state; <out>/judge_<S>/<method> for any other), which `wamkit eval wm-policy-merge` "
+                   "ranks beside checkpoints judged with the same settings")
+    p.add_argument("--judge-state", nargs="+", choices=("recorded", "affine"), default=["recorded"],
+                   help="the state ACT and DP are shown in imagination (wm-policy's --state); several: judged once per mode")
     p.add_argument("--judge-max-steps", type=int, default=None, help="imagined frames per episode (wm-policy's --max-steps)")
     p.add_argument("--judge-num-steps", type=int, default=30, help="world-model denoising steps per chunk (wm-policy's --num-steps)")
     p.add_argument("--judge-episodes", type=int, nargs="*", default=None,
@@ -308,8 +311,13 @@ def lerobot_policy(method: str, samples: TrainingSamples, stats: dict, chunk: in
     return config, policy, pre, post
 
 
-def judge(args, policy, sim_report_dir: Path, out: Path, horizon: int) -> dict:
-    """The world model's score of one LeRobot policy: `wamkit eval wm-policy --state recorded` with the
+def judge_dir(out: Path, state_index: int, state: str) -> Path:
+    """Where the judge's reports of one state mode go: judge/ for the first mode, judge_<mode>/ for the others."""
+    return out / ("judge" if state_index == 0 else f"judge_{state}")
+
+
+def judge(args, policy, sim_report_dir: Path, out: Path, horizon: int, state: str) -> dict:
+    """The world model's score of one LeRobot policy: `wamkit eval wm-policy --state <state>` with the
     defaults the CLI has (dataset and episodes from the world model, seed 0, best PSNR, videos off)."""
     from wamkit.data import LeRobotV3Dataset
     from wamkit.worldmodel import WorldModel
@@ -317,23 +325,28 @@ def judge(args, policy, sim_report_dir: Path, out: Path, horizon: int) -> dict:
 
     wm = WorldModel.from_path(args.judge_world_model, device=args.device, num_steps=args.judge_num_steps)
     return evaluate_policies(wm, [policy], [load_sim_report(sim_report_dir)], LeRobotV3Dataset(wm.contract["dataset"]), out,
-                             episodes=args.judge_episodes, state="recorded", horizon=horizon, max_steps=args.judge_max_steps,
+                             episodes=args.judge_episodes, state=state, horizon=horizon, max_steps=args.judge_max_steps,
                              videos=False, min_policies=1)
 
 
 def judge_row(args, policy, row: Row, out: Path, horizon: int) -> bool:
-    """judge() for a method's row; a failure is reported in the row (its sim result stands) and returns False."""
-    try:
-        judged = judge(args, policy, out / "eval" / row.method, out / "judge" / row.method, horizon)
-    except Exception as exc:  # noqa: BLE001 - the closed-loop result above is still valid
-        traceback.print_exc()
-        row.extra["judge"] = {"error": f"{type(exc).__name__}: {exc}"}
-        return False
-    score = judged["policies"][0]["score"]
-    row.extra["judge"] = {"dir": str(out / "judge" / row.method), "score": score}
-    print(f"[policy_quality] {LABELS[row.method]}: world-model score {score:.2f} dB ({out / 'judge' / row.method / 'report.json'})",
-          flush=True)
-    return True
+    """judge() for a method's row, once per --judge-state; a failure is reported in the row (its sim result
+    stands) and returns False."""
+    ok = True
+    for i, state in enumerate(args.judge_state):
+        key, where = "judge" if i == 0 else f"judge_{state}", judge_dir(out, i, state) / row.method
+        try:
+            judged = judge(args, policy, out / "eval" / row.method, where, horizon, state)
+        except Exception as exc:  # noqa: BLE001 - the closed-loop result above is still valid
+            traceback.print_exc()
+            row.extra[key] = {"error": f"{type(exc).__name__}: {exc}"}
+            ok = False
+            continue
+        score = judged["policies"][0]["score"]
+        row.extra[key] = {"dir": str(where), "score": score, "state": state}
+        print(f"[policy_quality] {LABELS[row.method]}: world-model score {score:.2f} dB with the {state} state "
+              f"({where / 'report.json'})", flush=True)
+    return ok
 
 
 def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, row: Row, contract: dict | None = None):

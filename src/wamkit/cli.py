@@ -240,7 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     wmp.add_argument("--sim-reports", nargs="+", required=True, metavar="RESULTS", help="one `wamkit eval sim` results.json (or its directory) per policy, same order")
     wmp.add_argument("--dataset", help="recorded successful episodes (default: the world model's training dataset)")
     wmp.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: the world model's validation episodes of the sim task)")
-    wmp.add_argument("--state", choices=["none", "recorded"], default="none", help="'recorded': feed the recorded state to state-using models (an approximation)")
+    wmp.add_argument("--state", choices=["none", "recorded", "affine"], default="none",
+                     help="what state-using models are shown: 'affine', the state advanced by the actions taken (a least-squares "
+                     "model fit on the dataset's other episodes; its fit is in the report); 'recorded', the recorded state at "
+                     "the same step (leaks the expert's trajectory)")
     wmp.add_argument("--score", choices=["best", "final"], default="best", help="closest approach to the goal frame, or the last imagined frame")
     wmp.add_argument("--horizon", type=int, default=None, help="actions executed per re-plan (default: each sim report's)")
     wmp.add_argument("--max-steps", type=int, default=None, help="imagined frames per episode (default: the longest recorded episode)")

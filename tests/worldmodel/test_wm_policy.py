@@ -15,6 +15,7 @@ from wamkit.eval.sim_eval import EvalResult, load_policy, wilson_interval
 from wamkit.train.trainer import Trainer
 from wamkit.worldmodel import WorldModel, WorldModelError, load_episode, rollout_episode
 from wamkit.worldmodel import policy_eval as PE
+from wamkit.worldmodel.state_model import StateTrack
 from tests.helpers import DEMO_RECIPE, train_tiny_run
 
 TASK = "reach the blue target"
@@ -171,7 +172,7 @@ def test_replaying_the_recorded_actions_reproduces_the_expert_rollout(runs, chun
     expert = rollout_episode(wm, ep, "autoregressive", seed=5).pred  # [N, T+1, ...]
     steps = 2 * wm.chunk_length - 3  # not a whole number of chunks: the video is cut to max_steps
     horizon = chunks_per_plan * wm.chunk_length  # one re-plan feeds the world model this many chunks
-    video = PE.imagine(ReplayPolicy(ep.actions, horizon), wm, [ep], [None], horizon, steps, seed=5)
+    video = PE.imagine(ReplayPolicy(ep.actions, horizon), wm, [ep], None, horizon, steps, seed=5)
     assert video.shape == (1, 1 + steps, *ep.frames.shape[1:]) and video.dtype == torch.uint8
     assert torch.equal(video[0, 0], ep.frames[0])
     assert torch.equal(video[0, 1:], torch.cat([c[1:] for c in expert])[:steps])  # same frames, actions, noise
@@ -258,6 +259,44 @@ def test_state_policies_need_state_recorded(runs, tmp_path, capsys):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["settings"]["state"] == "recorded" and report["files"] == ["report.json", "report.md"]
     assert "approximation" in (tmp_path / "out" / "report.md").read_text()
+
+    # affine: the state advanced by the actions taken, its model fit on the other 7 episodes and reported on episode 0
+    assert main(args + ["--state", "affine", "--out", str(tmp_path / "affine")]) == 0
+    report = json.loads((tmp_path / "affine" / "report.json").read_text())
+    fit = report["state_model"]["observation.state"]
+    assert report["settings"]["state"] == "affine" and fit["episodes"] == 1 and fit["fit_transitions"] > 0
+    assert len(fit["step_change_r2"]) == len(fit["final_drift"]) == len(fit["range"]) > 0
+    assert "advanced by the actions taken" in (tmp_path / "affine" / "report.md").read_text()
+
+
+class _StateSpy:
+    """A policy that records the states it is shown and always asks for the same action."""
+
+    use_state, chunk_length = True, 8
+
+    def __init__(self, action_dim: int):
+        self.action_dim, self.seen = action_dim, []
+
+    def predict(self, observations, seed=None, num_steps=None):
+        self.seen.append(np.stack([o["state"] for o in observations]))
+        return [np.full((self.chunk_length, self.action_dim), 0.7, dtype=np.float32) for _ in observations]
+
+
+def test_affine_state_follows_the_policy_not_the_recording(runs):
+    """With the affine model the policy sees the states its own actions lead to; with the recorded one, the expert's."""
+    run, _, data, _ = runs
+    wm, ds = _wm(run), LeRobotV3Dataset(data)
+    contract = {**wm.contract, "use_state": True, "state_key": "observation.state"}
+    ep = load_episode(ds, 0, contract)
+    fitted = PE.fit_state_models(ds, ["observation.state"], "action", [ep])["observation.state"][0]
+    recorded, affine = _StateSpy(wm.action_dim), _StateSpy(wm.action_dim)
+    horizon = wm.chunk_length
+    PE.imagine(recorded, wm, [ep], StateTrack([ep.states]), horizon, 3 * horizon, seed=5)
+    PE.imagine(affine, wm, [ep], StateTrack([ep.states], fitted), horizon, 3 * horizon, seed=5)
+    assert np.array_equal(np.stack(recorded.seen)[:, 0], ep.states[[0, horizon, 2 * horizon]])
+    mine = fitted.roll(ep.states[0], np.full((2 * horizon + 1, wm.action_dim), 0.7))
+    assert np.allclose(np.stack(affine.seen)[:, 0], mine[[0, horizon, 2 * horizon]])
+    assert np.array_equal(affine.seen[0], recorded.seen[0])  # both start at the recorded first state
 
 
 class _ConstantLeRobotPolicy(torch.nn.Module):
@@ -346,10 +385,13 @@ def test_policy_quality_judges_its_lerobot_rows_as_the_cli_would(runs, tmp_path,
                            contract={**wm.contract, "state_key": "observation.state"})
     out = tmp_path / "pq"
     _sim_report(out / "eval" / "act", 5, 9)
-    args = SimpleNamespace(judge_world_model=str(run), device="cpu", judge_num_steps=2, judge_max_steps=16, judge_episodes=EPISODES)
+    args = SimpleNamespace(judge_world_model=str(run), device="cpu", judge_num_steps=2, judge_max_steps=16, judge_episodes=EPISODES,
+                           judge_state=["recorded", "affine"])
     row = pq.Row("act")
     assert pq.judge_row(args, policy, row, out, 8)
     assert row.extra["judge"]["score"] == pytest.approx(json.loads((out / "judge" / "act" / "report.json").read_text())["policies"][0]["score"])
+    second = json.loads((out / "judge_affine" / "act" / "report.json").read_text())  # the second mode, beside the first
+    assert second["settings"]["state"] == "affine" and row.extra["judge_affine"]["score"] == pytest.approx(second["policies"][0]["score"])
 
     reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k) for s, k in ((1, 1), (2, 6))]
     assert main(["eval", "wm-policy", str(run), "--policies", str(_ckpt(run, 1)), str(_ckpt(run, 2)), "--sim-reports",

@@ -20,10 +20,12 @@ p-value. Two references, not ranked: `expert` (the recorded actions through the 
 known-successful policy scores in imagination) and `static` (the first frame held: a policy that
 does nothing).
 
-The world model predicts no robot state. A policy or world model that uses a state row gets the
-RECORDED state at the same time index only with `state="recorded"`; this is an approximation that
-leaks the expert's trajectory into the imagination (train both with data.use_state = false for an
-unbiased evaluator). World-model noise is seeded per (seed, episode, chunk) exactly as in
+The world model predicts no robot state. A policy or world model that uses a state row gets, with
+`state="affine"`, the state advanced by the actions it took (a least-squares model fit on the dataset's
+other episodes, wamkit.worldmodel.state_model; its fit on the evaluated episodes is in the report), or
+with `state="recorded"` the RECORDED state at the same time index, an approximation that leaks the
+expert's trajectory into the imagination (train both with data.use_state = false for an evaluator
+that needs neither). World-model noise is seeded per (seed, episode, chunk) exactly as in
 `rollout_episode`, so every policy sees the same noise (common random numbers) and a policy that
 replays the recorded actions reproduces the `expert` reference."""
 
@@ -44,8 +46,10 @@ from wamkit.data import LeRobotV3Dataset
 from wamkit.worldmodel import metrics as M
 from wamkit.worldmodel.report import PSNR_CAP_DB, _fmt, _json_safe, _separator, write_mp4
 from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, _seed_for, load_episode, rollout_episodes
+from wamkit.worldmodel.state_model import AffineStateModel, StateTrack
 
-STATE_MODES = ("none", "recorded")
+STATE_MODES = ("none", "recorded", "affine")
+STATE_FIT_MAX_EPISODES = 1000  # the affine state model's fit: a few hundred episodes pin its few dozen weights
 SCORES = ("best", "final")
 # regions a rollout is scored over: the whole frame (the primary score), and the pixels the recorded episode changes
 SCORE_REGIONS = ("frame", "changed")
@@ -143,8 +147,9 @@ def check_state(policy, wm: WorldModel, state: str, label: str) -> None:
     users = [name for name, m in ((f"policy {label}", policy), ("the world model", wm)) if m.use_state]
     if users and state == "none":
         raise WorldModelError("state", f"{' and '.join(users)} use(s) a robot state, which the world model does not predict",
-                              "pass --state recorded (the recorded episode's state at the same time step: an approximation "
-                              "that leaks the expert's trajectory), or train with data.use_state = false")
+                              "pass --state affine (advanced by the actions taken, a model fit on the dataset) or --state recorded "
+                              "(the recorded episode's state at the same time step: an approximation that leaks the expert's "
+                              "trajectory), or train with data.use_state = false")
 
 
 def check_horizon(policy, wm: WorldModel, horizon: int, label: str) -> None:
@@ -169,31 +174,29 @@ def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, tasks: tuple[str, .
 
 
 # ---- imagination ----------------------------------------------------------------------------------
-def _recorded_state(ep: EpisodeData, states: np.ndarray | None, t: int) -> np.ndarray | None:
-    """The recorded state at step t, held at the last recorded one past the episode's end."""
-    return None if states is None else states[min(t, len(ep.frames) - 1)]
-
-
-def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_states: list, horizon: int, max_steps: int,
-            seed: int = 0, num_steps: int | None = None) -> torch.Tensor:
+def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_track: StateTrack | None, horizon: int, max_steps: int,
+            seed: int = 0, num_steps: int | None = None, wm_track: StateTrack | None = None) -> torch.Tensor:
     """Closed-loop rollouts of `policy` inside `wm` from each episode's first frame; uint8
-    [B, 1 + max_steps, H, W, 3] (frame 0 recorded). policy_states[i]: raw states [L, S] or None."""
+    [B, 1 + max_steps, H, W, 3] (frame 0 recorded). `policy_track` / `wm_track`: the raw states the policy /
+    a state-using world model are shown (None for image-only models), advanced with every action taken."""
     t_wm = wm.chunk_length
     frames = torch.stack([ep.frames[0] for ep in eps])
     video, step = [frames], 0
     while step < max_steps:
-        obs = [{"image": frames[i].numpy(), "prompt": ep.task, "state": _recorded_state(ep, policy_states[i], step)}
-               for i, ep in enumerate(eps)]
+        states = policy_track.now() if policy_track is not None else [None] * len(eps)
+        obs = [{"image": frames[i].numpy(), "prompt": ep.task, "state": states[i]} for i, ep in enumerate(eps)]
         chunks = policy.predict(obs, seed=_seed_for(seed, eps[0].episode, step, salt=13), num_steps=num_steps)
         actions = np.stack([c[:horizon] for c in chunks])
         for j in range(0, horizon, t_wm):
             t = step + j
-            states = (torch.stack([wm.normalize_states(_recorded_state(ep, ep.states, t)) for ep in eps])
-                      if wm.use_state else None)
-            out = wm.predict(frames, wm.normalize_actions(actions[:, j:j + t_wm]), states, [ep.task for ep in eps],
+            wm_states = torch.stack([wm.normalize_states(s) for s in wm_track.now()]) if wm.use_state else None
+            out = wm.predict(frames, wm.normalize_actions(actions[:, j:j + t_wm]), wm_states, [ep.task for ep in eps],
                              [_seed_for(seed, ep.episode, t // t_wm) for ep in eps])
             video.append(out[:, 1:])
             frames = out[:, -1]
+            for track in (policy_track, wm_track):
+                if track is not None:
+                    track.advance(actions[:, j:j + t_wm])
         step += horizon
     return torch.cat([video[0].unsqueeze(1), torch.cat(video[1:], 1)[:, :max_steps]], 1)
 
@@ -315,25 +318,56 @@ def rank_correlation(predicted, true) -> dict:
 
 
 # ---- evaluation -----------------------------------------------------------------------------------
-def _policy_states(dataset: LeRobotV3Dataset, policy, eps: list[EpisodeData]) -> list:
-    """The policy's recorded state column per episode (None for image-only policies)."""
-    if not policy.use_state:
-        return [None] * len(eps)
-    key = policy.contract["state_key"]
-    return [dataset.episode_columns(ep.episode, [key])[key].reshape(len(ep.frames), -1).astype(np.float64) for ep in eps]
+def _state_column(dataset: LeRobotV3Dataset, key: str, episodes: list[int]) -> list[np.ndarray]:
+    """The raw rows [L, S] of column `key` of each episode."""
+    return [dataset.episode_columns(e, [key])[key].reshape(dataset.episode_length(e), -1).astype(np.float64) for e in episodes]
+
+
+def state_keys(policies: list, wm: WorldModel) -> list[str]:
+    """The state columns the policies and the world model read (none for image-only models)."""
+    keys = [m.contract["state_key"] for m in (*policies, wm) if m.use_state]
+    return list(dict.fromkeys(keys))
+
+
+def fit_state_models(dataset: LeRobotV3Dataset, keys: list[str], action_key: str, eps: list[EpisodeData]) -> dict:
+    """{key: (AffineStateModel, its fit_report)}: each state column's model fit on the dataset's episodes outside
+    `eps` and reported on `eps`."""
+    evaluated = [ep.episode for ep in eps]
+    fit_on = [e for e in dataset.episode_indices if e not in set(evaluated)][:STATE_FIT_MAX_EPISODES]
+    if not fit_on:
+        raise WorldModelError("state", "= 'affine' needs episodes besides the evaluated ones to fit its state model on",
+                              "evaluate fewer episodes (--episodes) or pass --state recorded")
+    actions_fit = _state_column(dataset, action_key, fit_on)
+    actions_eval = [ep.actions for ep in eps]
+    models = {}
+    for key in keys:
+        model = AffineStateModel.fit(_state_column(dataset, key, fit_on), actions_fit)
+        models[key] = (model, model.fit_report(_state_column(dataset, key, evaluated), actions_eval))
+    return models
+
+
+def _track(model, dataset: LeRobotV3Dataset, eps: list[EpisodeData], state_models: dict) -> StateTrack | None:
+    """The state a model (policy or world model) is shown over a batch of episodes: None for an image-only one."""
+    if not model.use_state:
+        return None
+    key = model.contract["state_key"]
+    fitted = state_models.get(key)
+    return StateTrack(_state_column(dataset, key, [ep.episode for ep in eps]), fitted[0] if fitted else None)
 
 
 def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[EpisodeData], horizon: int,
-                 max_steps: int, how: str, seed: int, num_steps: int | None, max_batch: int = 8):
+                 max_steps: int, how: str, seed: int, num_steps: int | None, max_batch: int = 8,
+                 state_models: dict | None = None):
     """({region: per-episode scores}, {region: goal-PSNR curves}, the first episode's video) of one policy
-    imagined on every episode; other videos are dropped as soon as they are scored (they can be large)."""
-    states = _policy_states(dataset, policy, eps)
+    imagined on every episode; other videos are dropped as soon as they are scored (they can be large).
+    `state_models` (fit_state_models): the states advanced by the actions taken; without it, the recorded ones."""
     scores, curves, first = {r: [] for r in SCORE_REGIONS}, {r: [] for r in SCORE_REGIONS}, None
     for i in range(0, len(eps), max_batch):
-        batch = slice(i, i + max_batch)
-        video = imagine(policy, wm, eps[batch], states[batch], horizon, max_steps, seed, num_steps)
+        batch = eps[i:i + max_batch]
+        tracks = [_track(m, dataset, batch, state_models or {}) for m in (policy, wm)]
+        video = imagine(policy, wm, batch, tracks[0], horizon, max_steps, seed, num_steps, wm_track=tracks[1])
         first = video[0] if first is None else first
-        for ep, v in zip(eps[batch], video):
+        for ep, v in zip(batch, video):
             for region, curve in region_curves(v[1:], ep).items():
                 curves[region].append(curve)
                 scores[region].append(rollout_score(curve, how))
@@ -425,8 +459,17 @@ def write_markdown(path: Path, report: dict) -> None:
     if s["state"] == "recorded":
         lines += ["", "State: the recorded (expert) state was fed at each time step, an approximation that favours "
                   "expert-like behaviour."]
+    for key, fit in (report.get("state_model") or {}).items():
+        lines += ["", f"State `{key}`: advanced by the actions taken (an affine model fit on {fit.get('fit_transitions')} "
+                  f"steps of other episodes). On the evaluated episodes, per value: R^2 of the one-step change "
+                  f"{_values(fit.get('step_change_r2'))}; mean |error| after an open-loop roll of the recorded actions "
+                  f"{_values(fit.get('final_drift'))} (the recorded range {_values(fit.get('range'))})."]
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]] + [""]
     path.write_text("\n".join(lines))
+
+
+def _values(xs) -> str:
+    return "[" + ", ".join(_fmt(x, 3) for x in xs) + "]" if xs else "-"
 
 
 def _check_counts(n_policies: int, n_reports: int, min_policies: int = 2) -> None:
@@ -503,6 +546,8 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
     writes out_dir/report.{json,md}, videos/ and strip.png. `min_policies` = 1 scores a lone policy (no
     correlation) for `merge_reports` to rank beside others scored by the same world model elsewhere."""
     labels, horizons, eps = _prepare(wm, policies, reports, dataset, episodes, state, score, horizon, min_policies)
+    state_models = (fit_state_models(dataset, state_keys(policies, wm), wm.contract.get("action_key") or "action", eps)
+                    if state == "affine" else {})
     steps = int(max_steps or max(len(ep.frames) - 1 for ep in eps))
     goal = eps[0].frames[-1]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -510,7 +555,7 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
     for policy, report, label, h in zip(policies, reports, labels, horizons):
         wall = time.perf_counter()
         scores, curves, strips[label] = score_policy(policy, wm, dataset, eps, h, steps, score, seed,
-                                                     policy_steps or report.num_steps)
+                                                     policy_steps or report.num_steps, state_models=state_models)
         rows.append(_policy_row(label, policy, report, h, scores, curves, time.perf_counter() - wall))
         if videos:
             files.append(write_media(out_dir, label, strips[label], goal, wm.fps))
@@ -528,6 +573,7 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
         "settings": {"score": score, "state": state, "max_steps": steps, "seed": seed, "num_steps": wm.num_steps,
                      "solver": wm.solver, "guidance": wm.guidance, "shift": wm.shift_for(eps[0].frames[0]),
                      "policy_steps": policy_steps, "chunk_length": wm.chunk_length, "fps": wm.fps},
+        "state_model": {key: fit for key, (_, fit) in state_models.items()},
         "policies": rows, "references": reference_scores(wm, eps, steps, score, seed), **_correlations(rows),
         "files": files + ["report.json", "report.md"],
     })
