@@ -23,6 +23,7 @@ SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 OPTIMIZER_KINDS = ("adamw", "adamw8bit")
 TOKENIZER_KINDS = ("pixel", "pixel_unshuffle", "wan2.2")
 FRAME_POSITION_KINDS = ("none", "fourier")  # wamkit.model.frame_positions
+VISION_STEM_KINDS = ("none", "conv")  # wamkit.model.vision_stem
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
@@ -153,6 +154,11 @@ class ModelConfig:
     # attention by relative offsets but never writes a token's place into what it carries. For models
     # trained from scratch; a base checkpoint has no such weights.
     frame_positions: str = "none"
+    # none | conv: three 3x3 convolutions over each latent frame beside the linear patch embedding, added to the
+    # patches through a projection that starts at zero (wamkit.model.vision_stem): local features before
+    # attention, which a model trained from scratch on few demonstrations otherwise builds from patches. For models
+    # trained from scratch; a base checkpoint has no such weights.
+    vision_stem: str = "none"
 
 
 @dataclass
@@ -352,6 +358,7 @@ class ExperimentConfig:
         self._validate_modes_and_lora()
         _choice("model.tokenizer", self.model.tokenizer, TOKENIZER_KINDS)
         _choice("model.frame_positions", self.model.frame_positions, FRAME_POSITION_KINDS)
+        _choice("model.vision_stem", self.model.vision_stem, VISION_STEM_KINDS)
         _choice("model.attention", self.model.attention, ATTENTION_BACKENDS)
         _choice("data.normalization", self.data.normalization, NORMALIZATION_MODES)
         _choice("data.camera_layout", self.data.camera_layout, ("side_by_side", "concat_view"))
@@ -402,6 +409,10 @@ class ExperimentConfig:
             raise ConfigError("model.frame_positions", f"= {self.model.frame_positions!r} adds weights that the base "
                               f"checkpoint.load_path = {self.checkpoint.load_path!r} does not have",
                               "--set model.frame_positions=none to fine-tune the base (it places tokens through its own mRoPE)")
+        if self.model.vision_stem != "none" and self.checkpoint.load_path:
+            raise ConfigError("model.vision_stem", f"= {self.model.vision_stem!r} adds weights that the base "
+                              f"checkpoint.load_path = {self.checkpoint.load_path!r} does not have",
+                              "--set model.vision_stem=none to fine-tune the base (its pretrained patch embedding sees already)")
         if self.model.zero_init_video_output and self.checkpoint.load_path:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
                               f"= {self.checkpoint.load_path!r} loads weights over it",

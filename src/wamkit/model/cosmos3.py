@@ -11,7 +11,7 @@ from diffusers import Cosmos3OmniTransformer
 from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
 
 from wamkit.errors import ConfigError
-from wamkit.model.frame_positions import transformer_class
+from wamkit.model.variants import transformer_class
 from wamkit.model.weights import ALWAYS_FROZEN, BaseWeights, is_action_head_param, is_generation_param
 
 
@@ -42,9 +42,10 @@ UNPUBLISHED_PRESETS = ("edge", "super")
 
 
 def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num_domains: int,
-                      fps_modulation: bool = True, frame_positions: str = "none") -> Cosmos3OmniTransformer:
+                      fps_modulation: bool = True, frame_positions: str = "none", vision_stem: str = "none") -> Cosmos3OmniTransformer:
     """A randomly initialised transformer of a preset's shape with the action pathway enabled (and, with
-    `frame_positions = "fourier"`, vision tokens that carry their place in the frame: wamkit.model.frame_positions)."""
+    `frame_positions = "fourier"`, vision tokens that carry their place in the frame: wamkit.model.frame_positions;
+    with `vision_stem = "conv"`, convolutions beside the patch embedding: wamkit.model.vision_stem)."""
     if preset in UNPUBLISHED_PRESETS:
         raise ConfigError(
             "model.preset",
@@ -54,7 +55,7 @@ def build_transformer(preset: str, latent_channel: int, max_action_dim: int, num
     if preset not in PRESETS:
         raise ConfigError("model.preset", f"unknown preset {preset!r}", f"use one of {sorted(PRESETS)}")
     p = PRESETS[preset]
-    model = transformer_class(frame_positions)(
+    model = transformer_class(frame_positions, vision_stem)(
         num_hidden_layers=p.num_hidden_layers,
         hidden_size=p.hidden_size,
         num_attention_heads=p.num_attention_heads,

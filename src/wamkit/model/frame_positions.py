@@ -64,11 +64,3 @@ class FramePositionCosmos3(Cosmos3OmniTransformer):
             self._features_by_shape[key] = grid_features(shape, self.config.latent_patch_size, device)
         return self._features_by_shape[key]
 
-
-def transformer_class(frame_positions: str) -> type[Cosmos3OmniTransformer]:
-    return FramePositionCosmos3 if frame_positions == "fourier" else Cosmos3OmniTransformer
-
-
-def transformer_class_named(class_name: str | None) -> type[Cosmos3OmniTransformer]:
-    """The class a saved config.json names (`_class_name`): diffusers' own, or ours with frame positions."""
-    return FramePositionCosmos3 if class_name == FramePositionCosmos3.__name__ else Cosmos3OmniTransformer

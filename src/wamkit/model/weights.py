@@ -14,6 +14,7 @@ from wamkit.errors import CheckpointError
 GENERATION_MARKERS = (
     "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "mlp_moe_gen", "_moe_gen", "norm_added_",
     "proj_in", "proj_out", "time_embedder", "action_", "k_norm_und_for_gen", "frame_position",
+    "vision_stem",
 )
 ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed")
 ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break

@@ -213,12 +213,12 @@ def load_transformer(transformer_dir: str | Path, use_from_pretrained: bool | No
     from diffusers import Cosmos3OmniTransformer
     from safetensors.torch import load_file
 
-    from wamkit.model.frame_positions import transformer_class_named
+    from wamkit.model.variants import transformer_class_named
 
     transformer_dir = Path(transformer_dir)
     dtype = stored_dtype(transformer_dir)
     config = Cosmos3OmniTransformer.load_config(str(transformer_dir))
-    transformer_class = transformer_class_named(config.get("_class_name"))  # ours when the run had frame positions
+    transformer_class = transformer_class_named(config.get("_class_name"))  # ours when the run had frame positions or a stem
     if use_from_pretrained is None:
         use_from_pretrained = importlib.util.find_spec("accelerate") is not None
     if use_from_pretrained:

@@ -19,7 +19,7 @@ from wamkit.model.tokenizer import build_video_tokenizer
 def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu", meta: bool = False):
     with torch.device("meta" if meta else device):
         model = build_transformer(cfg.model.preset, tokenizer_channels, cfg.model.max_action_dim, cfg.model.num_domains,
-                                  cfg.model.fps_modulation, cfg.model.frame_positions)
+                                  cfg.model.fps_modulation, cfg.model.frame_positions, cfg.model.vision_stem)
         if cfg.model.zero_init_video_output:
             zero_video_output(model)
     set_trainable(model, cfg.model.train_text_pathway)

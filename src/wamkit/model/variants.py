@@ -1,0 +1,35 @@
+"""Which transformer class a run builds and a saved config.json names: diffusers' own, or one with our
+additions for models trained from scratch (frame positions, a convolutional stem, or both)."""
+
+from __future__ import annotations
+
+import inspect
+
+from diffusers import Cosmos3OmniTransformer
+
+from wamkit.model.frame_positions import FramePositionCosmos3
+from wamkit.model.vision_stem import ConvStemCosmos3
+
+
+class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
+    """Both additions: the stem's features and the frame positions are added to the same patches."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
+
+
+BY_OPTIONS = {("none", "none"): Cosmos3OmniTransformer, ("fourier", "none"): FramePositionCosmos3,
+              ("none", "conv"): ConvStemCosmos3, ("fourier", "conv"): ConvStemFramePositionCosmos3}
+BY_NAME = {cls.__name__: cls for cls in BY_OPTIONS.values()}
+
+
+def transformer_class(frame_positions: str = "none", vision_stem: str = "none") -> type[Cosmos3OmniTransformer]:
+    """The class of `model.frame_positions` x `model.vision_stem` (both validated by the config schema)."""
+    return BY_OPTIONS[(frame_positions, vision_stem)]
+
+
+def transformer_class_named(class_name: str | None) -> type[Cosmos3OmniTransformer]:
+    """The class a saved config.json names (`_class_name`); diffusers' own for any other name."""
+    return BY_NAME.get(class_name or "", Cosmos3OmniTransformer)

@@ -1,0 +1,59 @@
+"""A convolutional stem beside Cosmos3's patch embedding (`model.vision_stem = "conv"`).
+
+Cosmos3 embeds every 2x2 patch of latents with one linear map (`proj_in`): nothing local is computed
+before attention, and a model trained from scratch on a few thousand demonstrations has to build its
+edge and blob detectors out of attention over patches. Vision transformers learn faster with a few
+convolutions in front (Xiao et al. 2021, "Early convolutions help transformers see better"), and the
+baselines wamkit is measured against see through CNNs. The stem runs three 3x3 convolutions (GELU) over
+each latent frame, patchifies their features as diffusers patchifies latents and adds a learned
+projection of them to the patch, before `proj_in`. The projection starts at zero, so the network starts
+as plain Cosmos3. Measured (benchmarks/RESULTS.md, twentieth session): the tiny preset on
+button-press-topdown alone, 1,500 CPU steps, 50/50 closed-loop successes against 30/50 without."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+from diffusers import Cosmos3OmniTransformer
+
+STEM_CHANNELS = 64
+
+
+class ConvStem(torch.nn.Module):
+    """Latents [C, T, H, W] -> features [T * Hp * Wp, patch^2 * C] in diffusers' packing order (t, h, w)."""
+
+    def __init__(self, latent_channel: int, patch: int, channels: int = STEM_CHANNELS):
+        super().__init__()
+        self.patch = patch
+        self.convs = torch.nn.ModuleList([torch.nn.Conv2d(latent_channel if i == 0 else channels, channels, 3, padding=1)
+                                          for i in range(3)])
+        self.out = torch.nn.Linear(patch * patch * channels, patch * patch * latent_channel, bias=False)
+        torch.nn.init.zeros_(self.out.weight)
+
+    def forward(self, latent: torch.Tensor) -> torch.Tensor:
+        x = latent.permute(1, 0, 2, 3).to(self.out.weight.dtype)  # the frames as a batch: [T, C, H, W]
+        for conv in self.convs:
+            x = F.gelu(conv(x))
+        p, (t, c, h, w) = self.patch, x.shape
+        x = F.pad(x, (0, -w % p, 0, -h % p))  # diffusers pads latents to whole patches with zeros
+        hp, wp = x.shape[-2] // p, x.shape[-1] // p
+        x = x.reshape(t, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).reshape(t * hp * wp, p * p * c)
+        return self.out(x)
+
+
+class ConvStemCosmos3(Cosmos3OmniTransformer):
+    """Cosmos3OmniTransformer with a convolutional stem added to its vision patches (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.vision_stem = ConvStem(self.config.latent_channel, self.config.latent_patch_size)
+
+    # diffusers reads a model's config keys off its __init__ signature (from_config / from_pretrained)
+    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
+
+    def _patchify_and_pack_latents(self, tokens_vision: list[torch.Tensor]):
+        packed, shapes = super()._patchify_and_pack_latents(tokens_vision)
+        stem = torch.cat([self.vision_stem(latent.squeeze(0)) for latent in tokens_vision])
+        return packed + stem.to(packed.dtype), shapes

@@ -1,0 +1,102 @@
+"""model.vision_stem = "conv": the stem's features land on the patch they were computed at (diffusers'
+packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
+trains, combines with frame positions, materialises from meta, and a run with it reloads and exports."""
+
+import pytest
+import torch
+
+from tests.helpers import DEMO_RECIPE, train_tiny_run
+from wamkit.config import load_experiment
+from wamkit.errors import ConfigError
+from wamkit.export import export_run, verify_same_outputs
+from wamkit.model.cosmos3 import build_transformer, set_trainable
+from wamkit.model.frame_positions import FramePositionCosmos3
+from wamkit.model.materialize import materialize
+from wamkit.model.variants import ConvStemFramePositionCosmos3, transformer_class_named
+from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3
+from wamkit.policy import load_from_checkpoint
+from wamkit.policy.loading import load_transformer
+
+CONV = 'model.vision_stem="conv"'
+
+
+def test_features_are_packed_like_the_patches_they_were_computed_on():
+    """A projection that copies the stem's first channel back to its own pixel makes the stem's output a
+    patchified picture of that channel: it must equal diffusers' patchify of the same picture."""
+    torch.manual_seed(0)
+    model = build_transformer("tiny", latent_channel=4, max_action_dim=8, num_domains=4, vision_stem="conv")
+    stem = model.vision_stem
+    latent = torch.randn(4, 2, 5, 6)  # 5 rows pad to 6 (3 token rows)
+    with torch.no_grad():
+        for conv in stem.convs:
+            conv.weight.zero_()
+            conv.bias.zero_()
+            conv.weight[0, 0, 1, 1] = 1.0  # channel 0 passes through (GELU of it), the rest is zero
+        stem.out.weight.zero_()
+        p, c, channels = stem.patch, 4, stem.out.in_features // stem.patch ** 2
+        for i in range(p * p):  # patch position i: feature channel 0 -> latent channel 0
+            stem.out.weight[i * c, i * channels] = 1.0
+    picture = latent.clone()
+    for _ in stem.convs:
+        picture[0] = torch.nn.functional.gelu(picture[0])
+    picture[1:] = 0
+    expected, shapes = super(ConvStemCosmos3, model)._patchify_and_pack_latents([picture[None]])
+    torch.testing.assert_close(stem(latent), expected)
+    assert shapes == [(2, 5, 6)]
+
+
+def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot():
+    torch.manual_seed(0)
+    plain = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
+    stemmed = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="conv")
+    missing, unexpected = stemmed.load_state_dict(plain.state_dict(), strict=False)
+    assert all(k.startswith("vision_stem.") for k in missing) and len(missing) == 7 and not unexpected
+    assert isinstance(stemmed, ConvStemCosmos3) and not stemmed.vision_stem.out.weight.any()
+    latents = [torch.randn(1, 12, 2, 8, 8), torch.randn(1, 12, 1, 4, 6)]
+    a, shapes = plain._patchify_and_pack_latents(latents)
+    b, same = stemmed._patchify_and_pack_latents(latents)
+    torch.testing.assert_close(a, b)
+    assert shapes == same
+    with torch.no_grad():
+        stemmed.vision_stem.out.weight.normal_()
+    b, _ = stemmed._patchify_and_pack_latents(latents)
+    assert b.shape == a.shape and not torch.allclose(a, b)
+    # a patch's stem feature depends on its neighbours (3x3 convolutions): change one pixel, the next patch moves
+    moved = [latents[0].clone(), latents[1]]
+    moved[0][0, :, 0, 1, 1] += 1.0  # frame 0, inside patch (0, 0)
+    c, _ = stemmed._patchify_and_pack_latents(moved)
+    assert not torch.allclose(c[1], b[1])  # patch (0, 1) sees it through the stem
+    assert torch.equal(a[1], plain._patchify_and_pack_latents(moved)[0][1])  # the patch embedding alone does not
+
+
+def test_combines_with_frame_positions_and_materialises_from_meta():
+    with torch.device("meta"):
+        model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4,
+                                  frame_positions="fourier", vision_stem="conv")
+    assert isinstance(model, ConvStemFramePositionCosmos3) and isinstance(model, FramePositionCosmos3)
+    materialize(model, torch.device("cpu"), seed=0)
+    assert not model.vision_stem.out.weight.any() and not model.frame_position.weight.any()
+    assert all(conv.weight.abs().sum() > 0 for conv in model.vision_stem.convs)
+    set_trainable(model, train_text_pathway=False)
+    assert all(p.requires_grad for p in model.vision_stem.parameters())
+    assert transformer_class_named("ConvStemFramePositionCosmos3") is ConvStemFramePositionCosmos3
+    assert isinstance(ConvStem(12, 2), torch.nn.Module)
+
+
+def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
+    with pytest.raises(ConfigError, match="vision_stem"):
+        load_experiment(DEMO_RECIPE, [CONV, 'checkpoint.load_path="/some/base"'])
+    with pytest.raises(ConfigError, match="vision_stem"):
+        load_experiment(DEMO_RECIPE, ['model.vision_stem="resnet"'])
+
+
+def test_a_run_trains_the_stem_reloads_and_exports(tmp_path):
+    run = train_tiny_run(tmp_path, "stemmed", extra=[CONV])
+    loaded = load_from_checkpoint(run, use_ema=False)
+    assert isinstance(loaded.model, ConvStemCosmos3)
+    assert loaded.model.vision_stem.out.weight.abs().sum() > 0  # four steps moved it off zero
+    exported = export_run(run, tmp_path / "export", use_ema=False)
+    for use_from_pretrained in (True, False):
+        reloaded = load_transformer(exported / "transformer", use_from_pretrained=use_from_pretrained)
+        assert isinstance(reloaded, ConvStemCosmos3)
+        verify_same_outputs(loaded.model, reloaded, loaded.contract, 12, loaded.text_tokenizer, atol=0, rtol=0)
