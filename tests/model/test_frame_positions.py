@@ -1,19 +1,17 @@
 """model.frame_positions = "fourier": vision patches carry their place in the frame in diffusers' packing
 order, the network starts as plain Cosmos3 (zero projection), the projection trains, and a run with it
-saves, reloads and exports to a directory that loads back as the same model."""
+saves, reloads and exports to a directory that loads back as the same model (tests/model/test_vision_stem.py,
+with the other variants)."""
 
 import pytest
 import torch
 
-from tests.helpers import DEMO_RECIPE, train_tiny_run
+from tests.helpers import DEMO_RECIPE
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
-from wamkit.export import export_run, verify_same_outputs
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FEATURES, FramePositionCosmos3, axis_features, grid_features
 from wamkit.model.materialize import materialize
-from wamkit.policy import load_from_checkpoint
-from wamkit.policy.loading import load_transformer
 
 FOURIER = 'model.frame_positions="fourier"'
 
@@ -74,14 +72,3 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     with pytest.raises(ConfigError, match="frame_positions"):
         load_experiment(DEMO_RECIPE, ['model.frame_positions="learned"'])
 
-
-def test_a_run_trains_the_projection_reloads_and_exports(tmp_path):
-    run = train_tiny_run(tmp_path, "placed", extra=[FOURIER])
-    loaded = load_from_checkpoint(run, use_ema=False)
-    assert isinstance(loaded.model, FramePositionCosmos3)
-    assert loaded.model.frame_position.weight.abs().sum() > 0  # four steps moved it off zero
-    exported = export_run(run, tmp_path / "export", use_ema=False)
-    for use_from_pretrained in (True, False):
-        reloaded = load_transformer(exported / "transformer", use_from_pretrained=use_from_pretrained)
-        assert isinstance(reloaded, FramePositionCosmos3)
-        verify_same_outputs(loaded.model, reloaded, loaded.contract, 12, loaded.text_tokenizer, atol=0, rtol=0)

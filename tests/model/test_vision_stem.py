@@ -1,6 +1,7 @@
 """model.vision_stem = "conv": the stem's features land on the patch they were computed at (diffusers'
 packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
-trains, combines with frame positions, materialises from meta, and a run with it reloads and exports."""
+trains, combines with frame positions, materialises from meta; a run with either addition or both
+reloads and exports to a directory that loads back as the same class and outputs."""
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
 
 CONV = 'model.vision_stem="conv"'
+FOURIER = 'model.frame_positions="fourier"'
 
 
 def test_features_are_packed_like_the_patches_they_were_computed_on():
@@ -90,13 +92,19 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
         load_experiment(DEMO_RECIPE, ['model.vision_stem="resnet"'])
 
 
-def test_a_run_trains_the_stem_reloads_and_exports(tmp_path):
-    run = train_tiny_run(tmp_path, "stemmed", extra=[CONV])
+
+@pytest.mark.parametrize("extra, cls, added", [
+    ([FOURIER], FramePositionCosmos3, "frame_position.weight"),
+    ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
+    ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
+], ids=["frame_positions", "vision_stem", "both"])
+def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
+    run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)
-    assert isinstance(loaded.model, ConvStemCosmos3)
-    assert loaded.model.vision_stem.out.weight.abs().sum() > 0  # four steps moved it off zero
+    assert type(loaded.model) is cls
+    assert loaded.model.get_parameter(added).abs().sum() > 0  # four steps moved the zero projection
     exported = export_run(run, tmp_path / "export", use_ema=False)
     for use_from_pretrained in (True, False):
         reloaded = load_transformer(exported / "transformer", use_from_pretrained=use_from_pretrained)
-        assert isinstance(reloaded, ConvStemCosmos3)
+        assert type(reloaded) is cls
         verify_same_outputs(loaded.model, reloaded, loaded.contract, 12, loaded.text_tokenizer, atol=0, rtol=0)
