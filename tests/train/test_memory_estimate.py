@@ -264,17 +264,19 @@ def test_an_eager_step_saves_more_activations_than_the_compiled_coefficients_and
 
 
 # First-step peaks of the MT10 recipes on one H200 (benchmarks/RESULTS.md, sixteenth and seventeenth sessions):
-# (recipe, overrides, canvas, text tokens, peak GiB). The per-layer coefficients alone had missed them by 14-43%.
+# (recipe, overrides, canvas, text tokens, peak GiB; twentieth for the conv stem). The per-layer coefficients alone had
+# missed them by 14-43%.
 H200_PEAKS = [
     ("metaworld_mt10", [], (64, 64), 46, 15.6),
     ("metaworld_mt10", ["model.pixel_spatial_factor=2"], (64, 64), 46, 51.2),
     ("metaworld_mt10", ["model.pixel_spatial_factor=8"], (128, 128), 46, 21.8),
     ("metaworld_mt10", [], (64, 128), 46, 29.4),  # corner + topview side by side
+    ("metaworld_mt10", ['model.vision_stem="conv"'], (64, 64), 46, 15.8),  # twentieth session's sweep
     ("metaworld_fd_mt10", [], (64, 64), 46, 7.6),
 ]
 
 
-@pytest.mark.parametrize("recipe, overrides, canvas, text, peak", H200_PEAKS, ids=["recipe", "g16", "r128", "two_cameras", "world_model"])
+@pytest.mark.parametrize("recipe, overrides, canvas, text, peak", H200_PEAKS, ids=["recipe", "g16", "r128", "two_cameras", "conv_stem", "world_model"])
 def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(recipe, overrides, canvas, text, peak):
     """The latents (3 x 8 x 8 x 4 values in each token at pixel factor 8) and what lives outside the
     decoder layers are counted: the estimate of each run's first step is within 6% of its peak."""
@@ -287,9 +289,11 @@ def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(reci
     cfg = load_experiment(root / "recipes" / f"{recipe}.toml", overrides)
     model = build_model(cfg, latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor), meta=True)
     sample = memory.token_counts(cfg, model.config, canvas, text)
-    knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"])
-    est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])["total"] / GIB
-    assert est == pytest.approx(peak, rel=0.06)
+    knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"])
+    est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])
+    assert est["total"] / GIB == pytest.approx(peak, rel=0.06)
+    stem = 256 * 5 * 16 * 16 * 64 * 6 * 2 if cfg.model.vision_stem == "conv" else 0  # batch x positions x channels x saved x bf16
+    assert est["vision stem"] == stem
 
 
 @pytest.mark.parametrize("kind, factor", [("pixel", 8), ("pixel_unshuffle", 2), ("pixel_unshuffle", 8)])

@@ -42,6 +42,10 @@ NANO_LAYERS = 36
 # 3x8x8x4 latent values in each token (128 px at pixel factor 8: 21.8 GiB peak, 12.4 estimated).
 OUTSIDE_LAYER_BYTES = 57.0
 LATENT_VALUE_BYTES = 30.0
+# model.vision_stem = "conv" (wamkit.model.vision_stem) saves its three convolutions' outputs and their GELUs for
+# the backward pass, STEM_CHANNELS values each per latent position, in the compute dtype: at MT10's shape (batch 256,
+# 5 latent frames of 16x16) 0.23 GiB, the 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
+STEM_SAVED_TENSORS = 6
 _OUTSIDE_SHARE = OUTSIDE_LAYER_BYTES / NANO_LAYERS
 ACTIVATION_BYTES = {
     ("none", "full"): 31.6 - _OUTSIDE_SHARE, ("selective", "full"): 17.1 - _OUTSIDE_SHARE, ("full", "full"): 4.0,
@@ -110,16 +114,19 @@ class Knobs:
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
     compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
     latent_values_per_sample: int = 0  # token_counts' "latent_values": what the tokenizer and frame put in a sample
+    stem_values_per_sample: int = 0  # what a vision stem saves per sample: latent positions x its channels (0 without)
 
     @classmethod
-    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0) -> "Knobs":
+    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0) -> "Knobs":
+        from wamkit.model.vision_stem import STEM_CHANNELS
         from wamkit.train.parallel import DTYPES
 
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
-                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample))
+                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample),
+                   int(latent_positions_per_sample) * STEM_CHANNELS if cfg.model.vision_stem == "conv" else 0)
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -148,6 +155,7 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
         "activations": activations,
         "outside layers": tokens * counts.hidden * OUTSIDE_LAYER_BYTES,
         "latents": knobs.samples_per_step * knobs.latent_values_per_sample * LATENT_VALUE_BYTES,
+        "vision stem": knobs.samples_per_step * knobs.stem_values_per_sample * STEM_SAVED_TENSORS * b,
         "VAE": b * vae_params,
     }
     est["total"] = sum(est.values())
@@ -209,9 +217,11 @@ def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int
     frames = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
     per_frame = math.ceil(canvas_hw[0] / factor / patch) * math.ceil(canvas_hw[1] / factor / patch)
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
-    latent_values = frames * per_frame * patch**2 * latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
+    latent_positions = frames * per_frame * patch**2
+    latent_values = latent_positions * latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
     return {"text": text_tokens, "frames": frames, "per_frame": per_frame, "vision": frames * per_frame, "actions": actions,
-            "total": text_tokens + frames * per_frame + actions, "latent_values": latent_values}
+            "total": text_tokens + frames * per_frame + actions, "latent_values": latent_values,
+            "latent_positions": latent_positions}
 
 
 def format_estimate(est: dict[str, float]) -> str:
@@ -337,7 +347,7 @@ def distill_total(counts: ModelCounts, cfg, world: int, sample: dict[str, int], 
     """A distillation run's estimate on `world` GPUs (distill_estimate) for a sample of `sample`'s
     token_counts, with the chunks its student turn keeps from the run's clip and chunking: what
     `--dry-run` prints and `wamkit distill` gates on."""
-    knobs = Knobs.from_config(cfg, world, sample["latent_values"])
+    knobs = Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"])
     return distill_estimate(counts, knobs, sample["total"], vae_params, method, distill_chunks(cfg))
 
 
