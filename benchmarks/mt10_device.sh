@@ -162,9 +162,10 @@ phase1() {
   local wm_lead=${WM_LEAD:-$TRAIN_S} wm_s=${WM_S:-$TRAIN_S} wm_pid=""
   stamp "train policy (batch $BATCH) for ${TRAIN_S} s; world model ($WM_ITERS steps at most, ${wm_s} s) from +$(( TRAIN_S - wm_lead )) s"
   # FRACTIONS: checkpoints at fractions of the fitted run, for the curve and the judge, which needs policies of different
-  # quality: MT10 success rises between ~5% and ~20% of the box and is flat after (0.12 / 0.36 / 0.40 at 4% / 19% / 50%,
-  # RESULTS.md, sixteenth session), so five of the seven fall in the rise (evenly spaced ones gave four alike)
-  local fractions="[${FRACTIONS:-0.04,0.08,0.12,0.16,0.2,0.5,1.0}]"
+  # quality. Since Meta-World's reset fix the rise is later: 0.00-0.14 up to 16% of the box, 0.36 at 50%, 0.40-0.48 at
+  # the end (nineteenth and twentieth sessions), and the old 4-20% spacing put five of seven checkpoints at 0.00-0.12,
+  # which the judge ordered by noise; these spread them over the rise (evenly spaced ones gave four alike before)
+  local fractions="[${FRACTIONS:-0.04,0.1,0.2,0.3,0.4,0.6,1.0}]"
   train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
     --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
   local policy_pid=$!
