@@ -200,6 +200,10 @@ phase1() {
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
   wait "$final_pid" || tail -20 "$LOG/eval_final.log"
   stamp "final closed loop done"
+  # the same policy in the recorded expert's states (the run's held-out episodes): beside the closed loop's expert
+  # trace, it tells a policy that cannot see the object from one that drifts off the data (a few seconds)
+  wamkit eval open-loop "$RUNS/policy" --device "$DEVICE" --out "$EV/open_loop" > "$LOG/open_loop.log" 2>&1 \
+    && tail -2 "$LOG/open_loop.log" || tail -5 "$LOG/open_loop.log"
   tail -1 "$LOG/eval_final.log"
   pack1
 }

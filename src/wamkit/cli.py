@@ -257,6 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     wmp.add_argument("--out", help="output directory (default: eval/wm_policy/<env>)")
     wmp.add_argument("--device", default="auto", help=DEVICE_HELP)
     wmp.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP + " (the world model's and every policy's)")
+    ol = eval_sub.add_parser("open-loop", help="what a policy asks for in held-out recorded expert states, against the recorded actions")
+    ol.add_argument("path", help="export directory (wamkit.json), run directory or checkpoints/iter_<N>")
+    ol.add_argument("--dataset", help="recorded episodes (default: the policy's training dataset)")
+    ol.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: the run's validation episodes)")
+    ol.add_argument("--horizon", type=int, default=None, help="actions of each chunk compared (default: half the chunk)")
+    ol.add_argument("--every", type=int, default=8, help="predict a chunk every this many recorded steps")
+    ol.add_argument("--num-steps", type=int, default=10, help="policy denoising steps")
+    ol.add_argument("--seed", type=int, default=0, help="noise seed")
+    ol.add_argument("--out", help="output directory (default: eval/open_loop)")
+    ol.add_argument("--device", default="auto", help=DEVICE_HELP)
     wmm = eval_sub.add_parser("wm-policy-merge", help="one ranking from wm-policy reports of the same world model, episodes and settings")
     wmm.add_argument("reports", nargs="+", metavar="REPORT", help="`wamkit eval wm-policy` output directories or their report.json")
     wmm.add_argument("--out", help="output directory (default: <first report's parent>/merged)")
@@ -358,6 +368,11 @@ def _dispatch(args) -> int:
                                    max_steps=args.max_steps, policy_steps=args.policy_steps, num_steps=args.num_steps,
                                    shift=args.shift, guidance=args.guidance, solver=args.solver, seed=args.seed,
                                    videos=not args.no_videos, device=args.device, dtype=args.dtype)
+    if args.command == "eval" and args.eval_command == "open-loop":
+        from wamkit.eval.open_loop import open_loop_main
+
+        return open_loop_main(args.path, args.dataset, args.episodes, args.horizon, args.every, args.seed, args.out,
+                              args.device, args.num_steps)
     if args.command == "eval" and args.eval_command == "sim":
         from wamkit.eval.suite import eval_sim_main
 

@@ -1,0 +1,135 @@
+"""`wamkit eval open-loop`: what a policy asks for in the recorded expert's own states.
+
+`eval sim --expert-trace` compares a policy with the scripted expert in the states the policy drove
+itself into; a policy that does not follow there either cannot see what the expert sees, or has drifted
+into states its data never showed. This splits the two: at every `every`-th step of held-out recorded
+episodes it predicts a chunk from the recorded frame, state and task, and compares the chunk's first
+`horizon` actions with the actions the expert recorded from there (the same per-dimension measure as
+the trace, wamkit.eval.expert_agreement, per task and over all). Following the recording here but not in
+closed loop points at drift; following neither, at what the policy reads from its inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from wamkit.errors import WamkitError
+from wamkit.eval.expert_agreement import agreement
+
+
+def episode_windows(ep, every: int, horizon: int) -> list[int]:
+    """The steps t of a recorded episode at which a chunk is predicted: 0, every, 2 every, ... while
+    t + horizon actions were recorded."""
+    return list(range(0, len(ep.actions) - horizon + 1, every))
+
+
+def open_loop_episode(policy, ep, every: int, horizon: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, recorded) actions [n * horizon, D] of one episode, one chunk per window, all windows
+    in one batched predict."""
+    starts = episode_windows(ep, every, horizon)
+    if not starts:
+        return np.zeros((0, ep.actions.shape[1])), np.zeros((0, ep.actions.shape[1]))
+    obs = [{"image": ep.frames[t].numpy(), "prompt": ep.task,
+            "state": ep.states[t] if policy.use_state else None} for t in starts]
+    chunks = policy.predict(obs, seed=seed + ep.episode)
+    predicted = np.concatenate([np.asarray(c[:horizon], np.float64) for c in chunks])
+    recorded = np.concatenate([ep.actions[t:t + horizon] for t in starts])
+    return predicted, recorded
+
+
+def check_policy(policy, horizon: int, every: int) -> None:
+    if len(policy.camera_keys) != 1:
+        raise WamkitError("policy: camera_keys", f"are {list(policy.camera_keys)}",
+                          "open-loop evaluation takes single-camera policies (a tiled canvas is not split back into views)")
+    if not 1 <= horizon <= policy.chunk_length:
+        raise WamkitError("horizon", f"is {horizon}", f"compare 1..{policy.chunk_length} actions (the policy's chunk)")
+    if every < 1:
+        raise WamkitError("every", f"is {every}", "predict every 1 or more steps")
+
+
+def evaluate_open_loop(policy, dataset, episodes: list[int], horizon: int, every: int, seed: int = 0) -> dict:
+    """Agreement with the recorded actions per task and over all episodes; JSON-ready."""
+    from wamkit.worldmodel.report import axis_names
+    from wamkit.worldmodel.rollout import load_episode
+
+    check_policy(policy, horizon, every)
+    contract = {**policy.contract, "use_state": policy.use_state}
+    action_key = contract.get("action_key") or "action"
+    names = tuple(axis_names(dataset, action_key))[: policy.action_dim]
+    stats = (dataset.stats or {}).get(action_key)
+    by_task: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for e in episodes:
+        ep = load_episode(dataset, int(e), contract)
+        by_task.setdefault(ep.task, []).append(open_loop_episode(policy, ep, every, horizon, seed))
+    every_pair = [pair for pairs in by_task.values() for pair in pairs]
+    bounds = _bounds(stats, every_pair)
+
+    def summary(pairs):
+        return agreement([p for p, _ in pairs], [r for _, r in pairs], [False] * len(pairs), names, bounds)["all"]
+
+    return {"format": "wamkit-open-loop-report", "version": 1, "policy": policy.loaded.source, "dataset": str(dataset.root),
+            "episodes": [int(e) for e in episodes], "horizon": horizon, "every": every, "seed": seed, "names": list(names),
+            "all": summary(every_pair), "tasks": {task: summary(pairs) for task, pairs in by_task.items()}}
+
+
+def _bounds(stats, pairs) -> tuple[list[float], list[float]]:
+    """The action range the agreement is measured in: the dataset's recorded min/max, else what was compared."""
+    if stats and "min" in stats and "max" in stats:
+        return list(np.ravel(stats["min"]).astype(float)), list(np.ravel(stats["max"]).astype(float))
+    rows = np.concatenate([r for _, r in pairs]) if pairs else np.zeros((1, 1))
+    return rows.min(0).tolist(), rows.max(0).tolist()
+
+
+def summary_line(names: list[str], result: dict | None) -> str:
+    if not result:
+        return "no windows"
+    return "; ".join(f"{n} {_pct(s)}, |diff| {d}" for n, s, d in zip(names, result["same_direction"], result["mean_abs_diff"]))
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def write_report(report: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    lines = ["# Open-loop agreement with the recorded expert", "",
+             f"policy: `{report['policy']}`  ", f"dataset: `{report['dataset']}`  episodes: {report['episodes']}  ",
+             f"a chunk every {report['every']} steps, its first {report['horizon']} actions against the recorded ones; per action "
+             f"dimension the share of the expert's firm moves (|a| >= 0.2 of the half range) followed in direction, "
+             f"and the mean |difference| in half ranges", "",
+             "| task | windows x actions | " + " | ".join(report["names"]) + " |",
+             "| --- | ---: | " + " | ".join("---" for _ in report["names"]) + " |"]
+    for task, r in [*report["tasks"].items(), ("**all**", report["all"])]:
+        if r:
+            cells = [f"{_pct(s)} ({d})" for s, d in zip(r["same_direction"], r["mean_abs_diff"])]
+            lines.append(f"| {task} | {r['steps']} | " + " | ".join(cells) + " |")
+    (out_dir / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def open_loop_main(path: str, dataset: str | None = None, episodes=None, horizon: int | None = None, every: int = 8,
+                   seed: int = 0, out_dir: str | None = None, device: str = "auto", num_steps: int = 10) -> int:
+    """The CLI: load the policy, default to its training dataset's held-out episodes, print and write the report."""
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.device import resolve_device
+    from wamkit.eval.sim_eval import load_policy
+
+    policy = load_policy(path, device=resolve_device(device), num_steps=num_steps)
+    root = dataset or policy.contract.get("dataset")
+    if not root:
+        raise WamkitError("--dataset", "is not given and the policy's contract names no dataset", "pass --dataset DIR")
+    ds = LeRobotV3Dataset(root)
+    chosen = [int(e) for e in episodes] if episodes else [int(e) for e in policy.contract.get("val_episodes") or []]
+    if not chosen:
+        raise WamkitError("--episodes", "are not given and the run held out no validation episodes",
+                          "pass --episodes (episodes the policy did not train on)")
+    report = evaluate_open_loop(policy, ds, chosen, horizon or policy.chunk_length // 2 or 1, every, seed)
+    out = Path(out_dir or Path("eval") / "open_loop")
+    write_report(report, out)
+    for task, r in report["tasks"].items():
+        print(f"{task}: {summary_line(report['names'], r)}")
+    print(f"all: {summary_line(report['names'], report['all'])}")
+    print(f"report: {out / 'report.md'}")
+    return 0

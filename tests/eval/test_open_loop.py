@@ -1,0 +1,83 @@
+"""`wamkit eval open-loop`: chunks predicted in the recorded expert's states, compared with the recorded actions."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers import train_tiny_run
+from wamkit.cli import main
+from wamkit.data import LeRobotV3Dataset
+from wamkit.errors import WamkitError
+from wamkit.eval import open_loop as OL
+from wamkit.worldmodel.rollout import load_episode
+
+
+class _Scripted:
+    """A single-camera policy whose chunk at recorded step t is `answer(t)`; it finds t from the frame it is shown."""
+
+    use_state, chunk_length, camera_keys = True, 8, ("observation.images.camera",)
+
+    def __init__(self, ep, answer, contract):
+        self.ep, self.answer, self.contract, self.action_dim = ep, answer, contract, ep.actions.shape[1]
+        self.seen_states = []
+
+    def predict(self, observations, seed=None):
+        chunks = []
+        for o in observations:
+            t = next(i for i in range(len(self.ep.frames)) if np.array_equal(self.ep.frames[i].numpy(), o["image"]))
+            self.seen_states.append(o["state"])
+            chunks.append(self.answer(t))
+        return chunks
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return train_tiny_run(tmp_path_factory.mktemp("open_loop"), "ol")
+
+
+def test_a_policy_that_replays_the_recording_agrees_and_one_that_reverses_it_does_not(run):
+    contract = json.loads((run / "data_contract.json").read_text())
+    ds = LeRobotV3Dataset(contract["dataset"])
+    ep = load_episode(ds, 0, contract)
+    low, high = ds.stats["action"]["min"], ds.stats["action"]["max"]
+    centre = (np.asarray(low) + np.asarray(high)) / 2
+    replay = _Scripted(ep, lambda t: ep.actions[t:t + 8], contract)
+    predicted, recorded = OL.open_loop_episode(replay, ep, every=4, horizon=4, seed=0)
+    starts = OL.episode_windows(ep, 4, 4)
+    assert starts[:3] == [0, 4, 8] and starts[-1] + 4 <= len(ep.actions)
+    assert np.array_equal(predicted, recorded) and len(recorded) == 4 * len(starts)
+    assert all(np.array_equal(s, ep.states[t]) for s, t in zip(replay.seen_states, starts))  # the recorded state at t
+
+    names = ("dx", "dy", "grip")
+    bounds = (list(np.ravel(low)), list(np.ravel(high)))
+    same = OL.agreement([predicted], [recorded], [False], names, bounds)["all"]
+    assert max(same["mean_abs_diff"]) == 0 and all(s in (1.0, None) for s in same["same_direction"])
+    assert same["same_direction"][0] == 1.0  # the reach moves firmly in x
+    reverse = _Scripted(ep, lambda t: 2 * centre - ep.actions[t:t + 8], contract)
+    against = OL.agreement([OL.open_loop_episode(reverse, ep, 4, 4, 0)[0]], [recorded], [False], names, bounds)["all"]
+    assert against["same_direction"][0] == 0.0
+
+
+def test_cli_writes_a_report_per_task_on_the_held_out_episodes(run, tmp_path, capsys):
+    assert main(["eval", "open-loop", str(run), "--every", "6", "--horizon", "4", "--num-steps", "2",
+                 "--device", "cpu", "--out", str(tmp_path / "ol")]) == 0
+    out = capsys.readouterr().out
+    assert "all: " in out and "|diff|" in out
+    report = json.loads((tmp_path / "ol" / "report.json").read_text())
+    contract = json.loads((run / "data_contract.json").read_text())
+    assert report["episodes"] == contract["val_episodes"] and report["horizon"] == 4 and report["every"] == 6
+    assert report["all"]["steps"] > 0 and len(report["all"]["same_direction"]) == len(report["names"])
+    assert "| **all** |" in (tmp_path / "ol" / "report.md").read_text()
+
+
+def test_bad_requests_name_the_fix(run, tmp_path):
+    from wamkit.eval.sim_eval import load_policy
+
+    policy = load_policy(str(run), num_steps=2)
+    with pytest.raises(WamkitError, match="horizon"):
+        OL.check_policy(policy, horizon=policy.chunk_length + 1, every=4)
+    with pytest.raises(WamkitError, match="every"):
+        OL.check_policy(policy, horizon=2, every=0)
+    with pytest.raises(WamkitError, match="missing.*info.json is missing"):
+        OL.open_loop_main(str(run), dataset=str(tmp_path / "missing"), out_dir=str(tmp_path / "o"), device="cpu")
