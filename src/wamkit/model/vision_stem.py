@@ -9,8 +9,9 @@ each latent frame, patchifies their features as diffusers patchifies latents and
 projection of them to the patch, before `proj_in`. The projection starts at zero, so the network starts
 as plain Cosmos3. Measured (benchmarks/RESULTS.md, twentieth session): on MT10 at the medium preset on one
 H200, 0.37 against 0.36 without, side by side (the medium model learns what it gives); on the CPU, the tiny
-preset on button-press-topdown alone (1,500 steps, 50 held-out episodes, one training seed each), 21/50
-alone and 50/50 with `frame_positions = "fourier"`, against 30/50 with neither. An option, off by default."""
+preset on button-press-topdown alone (1,500 steps, 50 held-out episodes), 21/50 alone, 43/50 with
+`frame_positions = "fourier"` alone, 50/50 with both (two training seeds), against 30/50 with neither. An
+option, off by default."""
 
 from __future__ import annotations
 
