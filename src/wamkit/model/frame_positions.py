@@ -12,7 +12,7 @@ Cosmos3 and learns how much to use. Measured on MT10 at the medium preset (bench
 session): 0.39 average success against 0.46 without, side by side. On the CPU, the tiny preset on
 button-press-topdown alone (twentieth): 43/50 against 30/50, and in held-out recorded states it follows the
 expert's lateral moves 91% of the time against 58%: there it makes the policy see where the button is. Kept
-as an option, off by default, until the medium preset shows the same at the recipe's length.
+as an option, off by default, until the medium preset shows the same at the recipe's length."""
 
 from __future__ import annotations
 
