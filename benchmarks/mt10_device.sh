@@ -26,6 +26,8 @@
 #   world-model judge          (500 episodes) with the judge beside it once    scores; the merge 15
 #                              the world model is done
 #   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
+#                              TRAIN_S=260: 548 s (twentieth)                 TRAIN_S=260: 457 s (twentieth), before
+#                                                                             JUDGE_STATES' second mode (~110 s more)
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
