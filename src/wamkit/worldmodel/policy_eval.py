@@ -318,7 +318,7 @@ def rank_correlation(predicted, true) -> dict:
 
 
 # ---- evaluation -----------------------------------------------------------------------------------
-def _state_column(dataset: LeRobotV3Dataset, key: str, episodes: list[int]) -> list[np.ndarray]:
+def _episode_rows(dataset: LeRobotV3Dataset, key: str, episodes: list[int]) -> list[np.ndarray]:
     """The raw rows [L, S] of column `key` of each episode."""
     return [dataset.episode_columns(e, [key])[key].reshape(dataset.episode_length(e), -1).astype(np.float64) for e in episodes]
 
@@ -337,12 +337,12 @@ def fit_state_models(dataset: LeRobotV3Dataset, keys: list[str], action_key: str
     if not fit_on:
         raise WorldModelError("state", "= 'affine' needs episodes besides the evaluated ones to fit its state model on",
                               "evaluate fewer episodes (--episodes) or pass --state recorded")
-    actions_fit = _state_column(dataset, action_key, fit_on)
+    actions_fit = _episode_rows(dataset, action_key, fit_on)
     actions_eval = [ep.actions for ep in eps]
     models = {}
     for key in keys:
-        model = AffineStateModel.fit(_state_column(dataset, key, fit_on), actions_fit)
-        models[key] = (model, model.fit_report(_state_column(dataset, key, evaluated), actions_eval))
+        model = AffineStateModel.fit(_episode_rows(dataset, key, fit_on), actions_fit)
+        models[key] = (model, model.fit_report(_episode_rows(dataset, key, evaluated), actions_eval))
     return models
 
 
@@ -352,7 +352,7 @@ def _track(model, dataset: LeRobotV3Dataset, eps: list[EpisodeData], state_model
         return None
     key = model.contract["state_key"]
     fitted = state_models.get(key)
-    return StateTrack(_state_column(dataset, key, [ep.episode for ep in eps]), fitted[0] if fitted else None)
+    return StateTrack(_episode_rows(dataset, key, [ep.episode for ep in eps]), fitted[0] if fitted else None)
 
 
 def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[EpisodeData], horizon: int,
