@@ -1,6 +1,7 @@
 """`wamkit eval open-loop`: chunks predicted in the recorded expert's states, compared with the recorded actions."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,6 @@ from wamkit.cli import main
 from wamkit.data import LeRobotV3Dataset
 from wamkit.errors import WamkitError
 from wamkit.eval import open_loop as OL
-from wamkit.worldmodel.rollout import load_episode
 
 
 class _Scripted:
@@ -25,7 +25,7 @@ class _Scripted:
     def predict(self, observations, seed=None):
         chunks = []
         for o in observations:
-            t = next(i for i in range(len(self.ep.frames)) if np.array_equal(self.ep.frames[i].numpy(), o["image"]))
+            t = next(i for i in range(len(self.ep.frames)) if np.array_equal(self.ep.frames[i], o["image"]))
             self.seen_states.append(o["state"])
             chunks.append(self.answer(t))
         return chunks
@@ -39,7 +39,7 @@ def run(tmp_path_factory):
 def test_a_policy_that_replays_the_recording_agrees_and_one_that_reverses_it_does_not(run):
     contract = json.loads((run / "data_contract.json").read_text())
     ds = LeRobotV3Dataset(contract["dataset"])
-    ep = load_episode(ds, 0, contract)
+    ep = OL.load_recorded(ds, 0, SimpleNamespace(contract=contract, use_state=True, camera_keys=contract["camera_keys"]))
     low, high = ds.stats["action"]["min"], ds.stats["action"]["max"]
     centre = (np.asarray(low) + np.asarray(high)) / 2
     replay = _Scripted(ep, lambda t: ep.actions[t:t + 8], contract)

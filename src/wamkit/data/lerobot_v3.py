@@ -296,6 +296,15 @@ class LeRobotV3Dataset:
         """Flattened size of one frame's value of a non-video feature."""
         return int(math.prod(self._feature(key)["shape"]))
 
+    def channel_names(self, key: str) -> list[str]:
+        """The names of a non-video feature's channels (info.json features[key]['names'], a list or LeRobot's
+        {"motors": [...]}); channel numbers where it has none."""
+        names = self.features.get(key, {}).get("names")
+        if isinstance(names, dict):
+            names = next((v for v in names.values() if isinstance(v, list)), None)
+        dim = self.feature_dim(key)
+        return [str(n) for n in names] if isinstance(names, list) and len(names) == dim else [f"axis {i}" for i in range(dim)]
+
     # ---- tabular data ---------------------------------------------------------------------------
     def _format(self, template_key: str, **fields: Any) -> Path:
         """Fill a path template from info.json; unknown placeholders are a metadata error, not a KeyError."""

@@ -11,12 +11,36 @@ closed loop points at drift; following neither, at what the policy reads from it
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from wamkit.errors import WamkitError
 from wamkit.eval.expert_agreement import agreement
+
+
+@dataclass
+class RecordedEpisode:
+    """One recorded episode as the policy is shown it: its camera's frames as recorded, raw states and actions."""
+
+    episode: int
+    frames: np.ndarray  # uint8 [L, H, W, 3]
+    actions: np.ndarray  # [L, A]
+    states: np.ndarray | None  # [L, S]
+    task: str
+
+
+def load_recorded(dataset, episode: int, policy) -> RecordedEpisode:
+    """The policy's camera, action and (when it reads one) state columns of one episode."""
+    length = dataset.episode_length(episode)
+    action_key = policy.contract.get("action_key") or "action"
+    keys = [action_key] + ([policy.contract["state_key"]] if policy.use_state else [])
+    cols = dataset.episode_columns(episode, keys)
+    rows = {k: cols[k].reshape(length, -1).astype(np.float64) for k in keys}
+    frames = dataset.decode_frames(episode, policy.camera_keys[0], np.arange(length))
+    return RecordedEpisode(episode, frames, rows[action_key], rows[keys[-1]] if policy.use_state else None,
+                           dataset.episode_task(episode))
 
 
 def episode_windows(ep, every: int, horizon: int) -> list[int]:
@@ -31,7 +55,7 @@ def open_loop_episode(policy, ep, every: int, horizon: int, seed: int) -> tuple[
     starts = episode_windows(ep, every, horizon)
     if not starts:
         return np.zeros((0, ep.actions.shape[1])), np.zeros((0, ep.actions.shape[1]))
-    obs = [{"image": ep.frames[t].numpy(), "prompt": ep.task,
+    obs = [{"image": ep.frames[t], "prompt": ep.task,
             "state": ep.states[t] if policy.use_state else None} for t in starts]
     chunks = policy.predict(obs, seed=seed + ep.episode)
     predicted = np.concatenate([np.asarray(c[:horizon], np.float64) for c in chunks])
@@ -51,17 +75,13 @@ def check_policy(policy, horizon: int, every: int) -> None:
 
 def evaluate_open_loop(policy, dataset, episodes: list[int], horizon: int, every: int, seed: int = 0) -> dict:
     """Agreement with the recorded actions per task and over all episodes; JSON-ready."""
-    from wamkit.worldmodel.report import axis_names
-    from wamkit.worldmodel.rollout import load_episode
-
     check_policy(policy, horizon, every)
-    contract = {**policy.contract, "use_state": policy.use_state}
-    action_key = contract.get("action_key") or "action"
-    names = tuple(axis_names(dataset, action_key))[: policy.action_dim]
+    action_key = policy.contract.get("action_key") or "action"
+    names = tuple(dataset.channel_names(action_key))[: policy.action_dim]
     stats = (dataset.stats or {}).get(action_key)
     by_task: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for e in episodes:
-        ep = load_episode(dataset, int(e), contract)
+        ep = load_recorded(dataset, int(e), policy)
         by_task.setdefault(ep.task, []).append(open_loop_episode(policy, ep, every, horizon, seed))
     every_pair = [pair for pairs in by_task.values() for pair in pairs]
     bounds = _bounds(stats, every_pair)

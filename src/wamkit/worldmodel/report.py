@@ -181,16 +181,6 @@ def _fmt(x, digits=3) -> str:
     return str(x)
 
 
-def axis_names(dataset: LeRobotV3Dataset, action_key: str) -> list[str]:
-    """The dataset's names of the action channels (info.json features[action]['names'], a list or
-    LeRobot's {"motors": [...]}); channel numbers where it has none."""
-    names = dataset.features.get(action_key, {}).get("names")
-    if isinstance(names, dict):
-        names = next((v for v in names.values() if isinstance(v, list)), None)
-    dim = dataset.feature_dim(action_key)
-    return [str(n) for n in names] if isinstance(names, list) and len(names) == dim else [f"axis {i}" for i in range(dim)]
-
-
 def verdict(mode: str, result: dict) -> str:
     """Does the model beat copying the last real frame? By PSNR (the primary number), SSIM beside it."""
     m, b = result["model"], result["baseline"]
@@ -260,7 +250,7 @@ def _episode(dataset, episode: int, contract: dict):
 
 
 def _action_names(dataset, contract: dict) -> list[str]:
-    return dataset.action_names() if isinstance(dataset, BundleEpisodes) else axis_names(dataset, contract.get("action_key", "action"))
+    return dataset.action_names() if isinstance(dataset, BundleEpisodes) else dataset.channel_names(contract.get("action_key", "action"))
 
 
 def evaluate(wm: WorldModel, dataset: LeRobotV3Dataset, episodes: list[int], modes, out_dir: Path, seed: int = 0,
