@@ -334,7 +334,8 @@ def judge_row(args, policy, row: Row, out: Path, horizon: int) -> bool:
     stands) and returns False."""
     ok = True
     for i, state in enumerate(args.judge_state):
-        key, where = "judge" if i == 0 else f"judge_{state}", judge_dir(out, i, state) / row.method
+        key = judge_dir(out, i, state).name  # judge, judge_<mode>: the row's key is its reports' directory
+        where = judge_dir(out, i, state) / row.method
         try:
             judged = judge(args, policy, out / "eval" / row.method, where, horizon, state)
         except Exception as exc:  # noqa: BLE001 - the closed-loop result above is still valid

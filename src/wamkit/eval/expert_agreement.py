@@ -44,9 +44,10 @@ def agreement_line(result: dict) -> str:
         share = result["all"]["same_direction"][d] if result["all"] else None
         diff = result["all"]["mean_abs_diff"][d] if result["all"] else None
         failed = result["failed"]["same_direction"][d] if result["failed"] else None
-        parts.append(f"{name} {_pct(share)} (failed episodes {_pct(failed)}), |diff| {diff if diff is not None else '-'}")
+        parts.append(f"{name} {percent(share)} (failed episodes {percent(failed)}), |diff| {diff if diff is not None else '-'}")
     return "; ".join(parts)
 
 
-def _pct(x) -> str:
+def percent(x) -> str:
+    """A share as a whole percentage, "-" where there was nothing to share."""
     return "-" if x is None else f"{100 * x:.0f}%"

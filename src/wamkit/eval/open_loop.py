@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from wamkit.errors import WamkitError
-from wamkit.eval.expert_agreement import agreement
+from wamkit.eval.expert_agreement import agreement, percent
 
 
 @dataclass
@@ -105,11 +105,7 @@ def _bounds(stats, pairs) -> tuple[list[float], list[float]]:
 def summary_line(names: list[str], result: dict | None) -> str:
     if not result:
         return "no windows"
-    return "; ".join(f"{n} {_pct(s)}, |diff| {d}" for n, s, d in zip(names, result["same_direction"], result["mean_abs_diff"]))
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
+    return "; ".join(f"{n} {percent(s)}, |diff| {d}" for n, s, d in zip(names, result["same_direction"], result["mean_abs_diff"]))
 
 
 def write_report(report: dict, out_dir: Path) -> None:
@@ -124,7 +120,7 @@ def write_report(report: dict, out_dir: Path) -> None:
              "| --- | ---: | " + " | ".join("---" for _ in report["names"]) + " |"]
     for task, r in [*report["tasks"].items(), ("**all**", report["all"])]:
         if r:
-            cells = [f"{_pct(s)} ({d})" for s, d in zip(r["same_direction"], r["mean_abs_diff"])]
+            cells = [f"{percent(s)} ({d})" for s, d in zip(r["same_direction"], r["mean_abs_diff"])]
             lines.append(f"| {task} | {r['steps']} | " + " | ".join(cells) + " |")
     (out_dir / "report.md").write_text("\n".join(lines) + "\n")
 

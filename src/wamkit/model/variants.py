@@ -3,8 +3,6 @@ additions for models trained from scratch (frame positions, a convolutional stem
 
 from __future__ import annotations
 
-import inspect
-
 from diffusers import Cosmos3OmniTransformer
 
 from wamkit.model.frame_positions import FramePositionCosmos3
@@ -12,12 +10,8 @@ from wamkit.model.vision_stem import ConvStemCosmos3
 
 
 class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
-    """Both additions: the stem's features and the frame positions are added to the same patches."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-
-    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
+    """Both additions: the stem's features and the frame positions are added to the same patches (the
+    inherited __init__ carries diffusers' signature, which from_config reads)."""
 
 
 BY_OPTIONS = {("none", "none"): Cosmos3OmniTransformer, ("fourier", "none"): FramePositionCosmos3,

@@ -100,7 +100,7 @@ def memory_lines(cfg, model, sample: dict[str, int], dcfg=None) -> list[str]:
         return lines + distill_memory_lines(cfg, model, sample, dcfg, vae, usable)
     plans = {}  # world size -> (knobs with "auto" resolved, estimate)
     for world in (1, 2, 8):
-        knobs = memory.Knobs.from_config(cfg, world, sample["latent_values"], sample.get("latent_positions", 0))
+        knobs = memory.Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"])
         knobs = memory.resolve_checkpointing(counts, knobs, tokens_per_sample, vae, usable)
         est = memory.estimate(counts, knobs, tokens_per_sample, vae)
         plans[world] = knobs, est
@@ -161,7 +161,7 @@ def _token_lines(cfg, model, text_tok) -> tuple[list[str], dict[str, int]]:
         source = f"dataset {root} not at hand: assuming {len(cameras)} camera(s) of {NOMINAL_VIEW[0]}x{NOMINAL_VIEW[1]} (16:9)"
         task = "a typical task description of a few words"
     else:
-        return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], {"total": 0, "latent_values": 0}
+        return [f"dataset {root} not found and data.resolution = 0 (native): frame size unknown"], {"total": 0, "latent_values": 0, "latent_positions": 0}
     canvas = CanvasTransform.from_config(cfg.data, cameras)
     height, width = canvas.size(views)
     content = canvas.content_size(views)

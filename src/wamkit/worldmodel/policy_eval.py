@@ -333,7 +333,8 @@ def fit_state_models(dataset: LeRobotV3Dataset, keys: list[str], action_key: str
     """{key: (AffineStateModel, its fit_report)}: each state column's model fit on the dataset's episodes outside
     `eps` and reported on `eps`."""
     evaluated = [ep.episode for ep in eps]
-    fit_on = [e for e in dataset.episode_indices if e not in set(evaluated)][:STATE_FIT_MAX_EPISODES]
+    skip = set(evaluated)
+    fit_on = [e for e in dataset.episode_indices if e not in skip][:STATE_FIT_MAX_EPISODES]
     if not fit_on:
         raise WorldModelError("state", "= 'affine' needs episodes besides the evaluated ones to fit its state model on",
                               "evaluate fewer episodes (--episodes) or pass --state recorded")

@@ -71,8 +71,11 @@ class AffineStateModel:
     def step(self, states: np.ndarray, change: np.ndarray, actions: np.ndarray, previous: np.ndarray) -> np.ndarray:
         """The next state [B, S] after actions [B, A] taken in states [B, S]; `change` is the states' last change,
         `previous` the actions one step earlier (zero at an episode's start)."""
-        nxt = states + _features(states, change, actions, previous) @ self.weights
-        return np.clip(nxt, self.low, self.high)
+        return self._advance(states, _features(states, change, actions, previous))
+
+    def _advance(self, states: np.ndarray, features: np.ndarray) -> np.ndarray:
+        """states + the predicted change, clipped to the fitted range."""
+        return np.clip(states + features @ self.weights, self.low, self.high)
 
     def roll(self, first: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """[L, S]: the states an episode goes through from `first` [S] under its actions [L, A] (row t before a[t])."""
@@ -90,8 +93,7 @@ class AffineStateModel:
         for s, a in zip(states, actions):
             if len(s) < 2:
                 continue
-            nxt = s[:-1] + _episode_features(s, a) @ self.weights
-            pred.append(np.clip(nxt, self.low, self.high) - s[:-1])
+            pred.append(self._advance(s[:-1], _episode_features(s, a)) - s[:-1])
             true.append(s[1:] - s[:-1])
             drift.append(np.abs(self.roll(s[0], a)[-1] - s[-1]))
         if not pred:
