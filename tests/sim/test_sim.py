@@ -141,6 +141,8 @@ def test_recorded_dataset_loads_passes_doctor_and_drops_failures(recorded):
 def test_wilson_interval():
     lo, hi = wilson_interval(0, 10)
     assert lo == 0.0 and 0.2 < hi < 0.35
+    for n in (5, 10, 50, 500):  # exact ends: 0/50 once gave 6.9e-18, and a negative error bar in a plot
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
     lo, hi = wilson_interval(5, 10)
     assert lo < 0.5 < hi and hi - 0.5 == pytest.approx(0.5 - lo)
     with pytest.raises(EvalError):

@@ -35,7 +35,10 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # exact at the ends: rounding leaves centre - half at 0/n a hair above 0 (and a plot's error bar negative)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 @dataclass
