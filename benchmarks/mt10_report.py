@@ -10,6 +10,9 @@ DP), <out>/success_vs_step.png (wamkit's checkpoints with intervals, ACT and DP 
     mt10_wamkit=<x> mt10_act=<y> mt10_dp=<z>
     wm_rank_spearman=<r> n=<k> p=<p>
 
+The judge's ranking is its headline one: each policy's mean rank over the imagined episodes where the
+report carries it (wamkit.worldmodel.policy_eval.episode_ranks), else its mean score; the mean score's
+rho follows on its own line.
 The average's interval pools every episode (tasks have equal episode counts, so the average of the
 task rates is the pooled rate). Spearman's p is exact (all n! pairings) up to 8 policies, else
 scipy's t approximation.
@@ -126,8 +129,13 @@ def judge_summary(report_path: Path) -> dict | None:
     report = json.loads(report_path.read_text())
     rows = report["policies"]
     success = [p["success_rate"] for p in rows]
-    summary = {"policies": [{"label": p["label"], "score": p["score"], "success_rate": p["success_rate"]} for p in rows],
-               **spearman_with_p([p["score"] for p in rows], success)}
+    by_episode_rank = all("episode_rank" in p for p in rows)  # the judge's headline ranking where the rows carry it
+    predicted = [-p["episode_rank"] for p in rows] if by_episode_rank else [p["score"] for p in rows]
+    summary = {"policies": [{"label": p["label"], "score": p["score"], "episode_rank": p.get("episode_rank"),
+                             "success_rate": p["success_rate"]} for p in rows],
+               "ranked_by": "episode_rank" if by_episode_rank else "mean_score", **spearman_with_p(predicted, success)}
+    if by_episode_rank:
+        summary["mean_score"] = spearman_with_p([p["score"] for p in rows], success)
     if all("changed" in p.get("by_region", {}) for p in rows):  # the same rollouts scored over the changed pixels
         summary["changed_region"] = spearman_with_p([p["by_region"]["changed"]["score"] for p in rows], success)
     return summary
@@ -177,6 +185,8 @@ def main(argv=None) -> int:
         print("wm_rank_spearman: no judge report in phase 1")
     else:
         print(f"wm_rank_spearman={_rho_text(judge)}")
+        if "mean_score" in judge:
+            print(f"wm_rank_spearman (mean score)={_rho_text(judge['mean_score'])}")
         if "changed_region" in judge:
             print(f"wm_rank_spearman (changed-region score)={_rho_text(judge['changed_region'])}")
     if merged and checkpoints_only:

@@ -79,6 +79,19 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
     assert summary["judge"]["changed_region"]["rho"] == pytest.approx(1.0) and "changed_region" not in summary["judge_checkpoints_only"]
 
 
+def test_the_judges_episode_rank_heads_the_line_and_the_mean_score_follows(tmp_path, monkeypatch, capsys):
+    report = _load(monkeypatch, "mt10_report")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
+    success = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    rows = [{"label": f"p{i}", "score": 7.0 - i, "episode_rank": 7.0 - i, "success_rate": r} for i, r in enumerate(success)]
+    _write(two / "eval/judge_all/report.json", {"policies": rows})  # episode ranks agree with the sim, mean scores oppose it
+    assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "wm_rank_spearman=1.000 n=7" in out and "wm_rank_spearman (mean score)=-1.000 n=7" in out
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["judge"]["ranked_by"] == "episode_rank"
+
+
 def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monkeypatch, capsys):
     """Phase 1 cut before its final evaluation and phase 2 without DP (the first H200 run): the curve's
     last checkpoint stands in for wamkit with a note, DP reads unmeasured, nothing is invented."""

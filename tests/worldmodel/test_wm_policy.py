@@ -66,6 +66,28 @@ def test_average_ranks_spearman_and_kendall_by_hand():
     assert PE.rank_correlation([1, 2, 3], [0, 0, 0])["note"].startswith("undefined")
 
 
+def test_episode_ranks_count_every_episode_once():
+    """The mean of PSNRs lets one episode of wide spread decide; the episode rank counts each episode once."""
+    per_episode = [[20.0, 20.0, 30.0],   # a: last on two episodes, far ahead on the third (mean 23.3)
+                   [21.0, 21.0, 22.0]]   # b: first on two episodes (mean 21.3)
+    ranks = PE.episode_ranks(per_episode)
+    np.testing.assert_allclose(ranks, [5 / 3, 4 / 3])
+    assert np.mean(per_episode[0]) > np.mean(per_episode[1]) and ranks[1] < ranks[0]
+    np.testing.assert_allclose(PE.episode_ranks([[1.0, 2.0], [1.0, 3.0], [0.0, 2.0]]), [2.0, 1.25, 2.75])  # ties share
+    assert PE.episode_ranks([[1.0, 2.0], [1.0]]) is None and PE.episode_ranks([[1.0], []]) is None  # no common episode set
+    rows = [{"label": "a", "score": 23.3, "per_episode": per_episode[0], "success_rate": 0.2},
+            {"label": "b", "score": 21.3, "per_episode": per_episode[1], "success_rate": 0.7}]
+    PE._add_ranks(rows)
+    assert [r["predicted_rank"] for r in rows] == [2.0, 1.0] and [r["true_rank"] for r in rows] == [2.0, 1.0]
+    c = PE._correlations(rows)
+    assert c["correlation"]["ranked_by"] == "episode_rank" and c["correlation"]["spearman_rho"] == 1.0
+    assert c["correlation_by_aggregate"]["mean_score"]["spearman_rho"] == -1.0
+    del rows[0]["per_episode"]  # a row without per-episode scores: the mean score ranks, and no stale episode rank stays
+    PE._add_ranks(rows)
+    assert all("episode_rank" not in r for r in rows) and [r["predicted_rank"] for r in rows] == [1.0, 2.0]
+    assert PE._correlations(rows)["correlation"]["ranked_by"] == "mean_score"
+
+
 def test_rank_correlations_match_scipy_with_ties():
     stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
@@ -223,10 +245,17 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
         assert r["score"] == pytest.approx(np.mean(r["per_episode"])) and 0 < r["score"] <= 100
         assert max(r["goal_psnr_by_step"]) <= r["score"] + 1e-9  # best: each episode's max over its curve
     scores = [r["score"] for r in rows]
+    ranks = [np.mean([PE.average_ranks(-np.asarray([r["per_episode"][e] for r in rows]))[i] for e in range(2)])
+             for i in range(3)]  # each policy's rank on each episode, averaged
+    assert [r["episode_rank"] for r in rows] == pytest.approx(ranks)
+    np.testing.assert_allclose([r["predicted_rank"] for r in rows], PE.average_ranks(ranks))
     corr = report["correlation"]
-    assert corr["n"] == 3 and corr["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.3]))
-    assert corr["kendall_tau_b"] == pytest.approx(PE.kendall_tau_b(scores, [0.1, 0.6, 0.3]))
-    assert report["correlation_by_region"]["frame"] == corr  # the primary score is the whole frame's
+    assert corr["ranked_by"] == "episode_rank" and corr["n"] == 3
+    assert corr["spearman_rho"] == pytest.approx(PE.spearman([-x for x in ranks], [0.1, 0.6, 0.3]))
+    assert corr["kendall_tau_b"] == pytest.approx(PE.kendall_tau_b([-x for x in ranks], [0.1, 0.6, 0.3]))
+    mean_score = report["correlation_by_aggregate"]["mean_score"]
+    assert mean_score["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.3]))
+    assert report["correlation_by_region"]["frame"] == mean_score  # the mean score is the whole frame's
     changed = [r["by_region"]["changed"]["score"] for r in rows]
     assert report["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.3]))
     assert all(r["by_region"]["frame"]["score"] == r["score"] and 0 < r["by_region"]["changed"]["score"] <= 100 for r in rows)
@@ -237,7 +266,8 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     assert "videos/mixed_step1.mp4" in report["files"] and "strip.png" in report["files"]
     md = (out / "report.md").read_text()
     assert md.count("| mixed@") == 3 and "Spearman rho" in md and "*expert (reference)*" in md
-    assert "Scored over the changed region alone: Spearman rho" in md and "changed-region score [dB]" in md
+    assert "The mean score over the changed region alone: Spearman rho" in md and "changed-region score [dB]" in md
+    assert "(ranked by the mean episode rank)" in md and "Ranked by the mean score instead: Spearman rho" in md
     assert "| mixed@2 |" in printed and "Spearman rho" in printed
 
     # the reports must follow the policies' order (training steps are checked)
@@ -347,9 +377,13 @@ def test_a_lerobot_policy_judged_alone_merges_into_one_ranking_with_checkpoints(
     scores = [r["score"] for r in rows]
     assert scores == [*(r["score"] for r in ckpts["policies"]), lone["policies"][0]["score"]]
     assert [r["true_rank"] for r in rows] == [3, 2, 1]  # 0.1, 0.6, 0.9
-    np.testing.assert_allclose([r["predicted_rank"] for r in rows], PE.average_ranks(-np.asarray(scores)))
-    assert merged["correlation"]["n"] == 3
-    assert merged["correlation"]["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.9]))
+    assert lone["policies"][0]["episode_rank"] == 1.0  # alone, first on every episode; recomputed when merged:
+    ranks = PE.episode_ranks([r["per_episode"] for r in rows])
+    assert [r["episode_rank"] for r in rows] == pytest.approx(ranks)
+    np.testing.assert_allclose([r["predicted_rank"] for r in rows], PE.average_ranks(ranks))
+    assert merged["correlation"]["n"] == 3 and merged["correlation"]["ranked_by"] == "episode_rank"
+    assert merged["correlation"]["spearman_rho"] == pytest.approx(PE.spearman(-ranks, [0.1, 0.6, 0.9]))
+    assert merged["correlation_by_aggregate"]["mean_score"]["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.9]))
     changed = [r["by_region"]["changed"]["score"] for r in rows]  # recomputed over the merged rows too
     assert merged["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.9]))
     assert len(merged["merged_from"]) == 2 and "| act@5 |" in (tmp_path / "merged" / "report.md").read_text()
