@@ -122,6 +122,17 @@ def plot(points: list[dict], averages: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def judge_episode_ranks(rows: list[dict]) -> list[float] | None:
+    """The rows' mean episode ranks: as the report gives them, else recomputed from their per-episode scores (a
+    report written before the judge ranked by episode), else None."""
+    from wamkit.worldmodel.policy_eval import episode_ranks
+
+    if all("episode_rank" in p for p in rows):
+        return [p["episode_rank"] for p in rows]
+    ranks = episode_ranks([p.get("per_episode") for p in rows])
+    return None if ranks is None else [float(r) for r in ranks]
+
+
 def judge_summary(report_path: Path) -> dict | None:
     """The world model's scores and the sim success of the policies it ranked, with Spearman's rho."""
     if not report_path.is_file():
@@ -129,10 +140,11 @@ def judge_summary(report_path: Path) -> dict | None:
     report = json.loads(report_path.read_text())
     rows = report["policies"]
     success = [p["success_rate"] for p in rows]
-    by_episode_rank = all("episode_rank" in p for p in rows)  # the judge's headline ranking where the rows carry it
-    predicted = [-p["episode_rank"] for p in rows] if by_episode_rank else [p["score"] for p in rows]
-    summary = {"policies": [{"label": p["label"], "score": p["score"], "episode_rank": p.get("episode_rank"),
-                             "success_rate": p["success_rate"]} for p in rows],
+    ranks = judge_episode_ranks(rows)
+    by_episode_rank = ranks is not None  # the judge's headline ranking where the rows allow it
+    predicted = [-r for r in ranks] if by_episode_rank else [p["score"] for p in rows]
+    summary = {"policies": [{"label": p["label"], "score": p["score"], "episode_rank": None if ranks is None else ranks[i],
+                             "success_rate": p["success_rate"]} for i, p in enumerate(rows)],
                "ranked_by": "episode_rank" if by_episode_rank else "mean_score", **spearman_with_p(predicted, success)}
     if by_episode_rank:
         summary["mean_score"] = spearman_with_p([p["score"] for p in rows], success)
@@ -146,6 +158,8 @@ def main(argv=None) -> int:
     p.add_argument("phase1", type=Path)
     p.add_argument("phase2", type=Path)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "mt10")
+    p.add_argument("--judge", default="judge_all", help="PHASE=2's merged ranking under eval/ (judge_all: the first of "
+                   "JUDGE_STATES; judge_all_<state> for the others)")
     args = p.parse_args(argv)
     one, two = unpacked(args.phase1), unpacked(args.phase2)
     points = curve_points(one / "eval/curve")
@@ -168,7 +182,7 @@ def main(argv=None) -> int:
     averages = {m: average(c) for m, c in per_method.items()}
     # the headline ranking is PHASE=2's merge (wamkit's checkpoints, ACT and DP) when it came back, else PHASE=1's
     checkpoints_only = judge_summary(one / "eval/judge/report.json")
-    merged = judge_summary(two / "eval/judge_all/report.json")
+    merged = judge_summary(two / "eval" / args.judge / "report.json")
     judge = merged or checkpoints_only
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table(per_method, averages))

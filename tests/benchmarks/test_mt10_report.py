@@ -91,6 +91,16 @@ def test_the_judges_episode_rank_heads_the_line_and_the_mean_score_follows(tmp_p
     assert "wm_rank_spearman=1.000 n=7" in out and "wm_rank_spearman (mean score)=-1.000 n=7" in out
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["judge"]["ranked_by"] == "episode_rank"
 
+    # a report written before the judge ranked by episode: recomputed from its per-episode scores
+    per_episode = [[7.0 - i, 1.0 * i] for i in range(7)]  # every policy first on one episode, last on the other...
+    per_episode[6] = [3.0, 6.5]                            # ...but the best-in-sim one is ahead on both
+    old_rows = [{"label": f"p{i}", "score": sum(e) / 2, "per_episode": e, "success_rate": r}
+                for i, (e, r) in enumerate(zip(per_episode, success))]
+    _write(two / "eval/judge_all_recorded/report.json", {"policies": old_rows})
+    assert report.main([str(one), str(two), "--judge", "judge_all_recorded", "--out", str(tmp_path / "out2")]) == 0
+    judge = json.loads((tmp_path / "out2" / "summary.json").read_text())["judge"]
+    assert judge["ranked_by"] == "episode_rank" and judge["policies"][6]["episode_rank"] < judge["policies"][0]["episode_rank"]
+
 
 def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monkeypatch, capsys):
     """Phase 1 cut before its final evaluation and phase 2 without DP (the first H200 run): the curve's

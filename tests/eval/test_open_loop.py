@@ -71,6 +71,17 @@ def test_cli_writes_a_report_per_task_on_the_held_out_episodes(run, tmp_path, ca
     assert "| **all** |" in (tmp_path / "ol" / "report.md").read_text()
 
 
+def test_another_recording_defaults_to_all_its_episodes(run, tmp_path):
+    """The run's val_episodes index its training data; on a separate recording every episode is held out."""
+    from wamkit.data import LeRobotV3Dataset
+
+    contract = json.loads((run / "data_contract.json").read_text())
+    own = LeRobotV3Dataset(contract["dataset"])
+    assert OL.default_episodes(contract, own) == contract["val_episodes"]
+    assert OL.default_episodes({**contract, "dataset": str(tmp_path / "elsewhere")}, own) == own.episode_indices
+    assert len(own.episode_indices) > len(contract["val_episodes"])
+
+
 def test_bad_requests_name_the_fix(run, tmp_path):
     from wamkit.eval.sim_eval import load_policy
 

@@ -125,9 +125,19 @@ def write_report(report: dict, out_dir: Path) -> None:
     (out_dir / "report.md").write_text("\n".join(lines) + "\n")
 
 
+def default_episodes(contract: dict, ds) -> list[int]:
+    """The run's held-out episodes on its own training dataset; every episode of another dataset (a
+    recording of placements it never saw: the run's val_episodes index its training data, not this)."""
+    trained_on = contract.get("dataset")
+    if trained_on and Path(trained_on).resolve() == ds.root.resolve():
+        return [int(e) for e in contract.get("val_episodes") or []]
+    return [int(e) for e in ds.episode_indices]
+
+
 def open_loop_main(path: str, dataset: str | None = None, episodes=None, horizon: int | None = None, every: int = 8,
                    seed: int = 0, out_dir: str | None = None, device: str = "auto", num_steps: int = 10) -> int:
-    """The CLI: load the policy, default to its training dataset's held-out episodes, print and write the report."""
+    """The CLI: load the policy, default to its training dataset's held-out episodes (every episode of another
+    --dataset), print and write the report."""
     from wamkit.data import LeRobotV3Dataset
     from wamkit.device import resolve_device
     from wamkit.eval.sim_eval import load_policy
@@ -137,7 +147,7 @@ def open_loop_main(path: str, dataset: str | None = None, episodes=None, horizon
     if not root:
         raise WamkitError("--dataset", "is not given and the policy's contract names no dataset", "pass --dataset DIR")
     ds = LeRobotV3Dataset(root)
-    chosen = [int(e) for e in episodes] if episodes else [int(e) for e in policy.contract.get("val_episodes") or []]
+    chosen = [int(e) for e in episodes] if episodes else default_episodes(policy.contract, ds)
     if not chosen:
         raise WamkitError("--episodes", "are not given and the run held out no validation episodes",
                           "pass --episodes (episodes the policy did not train on)")
