@@ -52,8 +52,9 @@
 # (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine. JUDGE_STATES: the states
 # the policies are shown in imagination, the first one PHASE=1's (and the headline ranking, eval/judge_all); PHASE=2
 # judges ACT and DP under each and the checkpoints again under the others (eval/judge_all_<state>, ~110 s more):
-# "affine" (default: the state advanced by the policy's own actions, wamkit.worldmodel.state_model) and "recorded"
-# (the expert's state at the same step, which a policy that leans on its state follows whatever it does).
+# "recorded" (default, first: the expert's state at the same step, which a policy that leans on its state follows
+# whatever it does) and "affine" (the state advanced by the policy's own actions, wamkit.worldmodel.state_model).
+# Measured side by side once (twenty-first session, 9 policies): recorded rho 0.92, affine 0.77 (by episode rank).
 # "Same GPU time": each method trains TRAIN_S seconds of wall time on one H200 beside one other job (wamkit's
 # policy beside the world model, ACT beside DP); wamkit's steps and schedule are fitted to it by trainer.time_budget_s,
 # ACT's and DP's by their own measured rate (policy_quality --train-seconds).
@@ -100,7 +101,7 @@ read -r -a extra <<< "${WM_EXTRA:-}"; WM_SET+=("${extra[@]}")
 read -r -a EVAL_SET <<< "${EVAL_EXTRA:-}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
-read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine recorded}"
+read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
 # CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one
 # view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
@@ -109,6 +110,8 @@ LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras and frame size: "corner" (the default, 64 px), "corner,topview", "corner/128"
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
+# OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
+OPEN_LOOP_EPS=${OPEN_LOOP_EPS:-$([ "$SMOKE" = 1 ] && echo 1 || echo 2)}; HELD=$WORK/data/mt10_open_loop
 mkdir -p "$OUT" "$WORK"
 # each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
 # PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
@@ -153,8 +156,21 @@ trained() {  # job: after its training, keep its metrics.jsonl (samples_per_s, l
   echo "$1: $(grep samples_per_s "$LOG/metrics_$1.jsonl" 2>/dev/null | tail -1 | cut -c1-200)"
 }
 
+record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the recording, seed 0, nor the closed loops, 1000, use)
+  [ "$OPEN_LOOP_EPS" -gt 0 ] && [ ! -f "$HELD/meta/info.json" ] || return 0
+  wamkit sim record "$ENVS" --episodes "$OPEN_LOOP_EPS" --workers "$W" --out "$HELD" --seed 500 --resolution 64 \
+    --camera "$CAMERA" > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
+}
+
+open_loop() {  # the final policy in the recorded expert's states: every task's held-out placements (OPEN_LOOP_EPS), else the run's validation episodes
+  local data=(); [ -f "$HELD/meta/info.json" ] && data=(--dataset "$HELD")
+  wamkit eval open-loop "$RUNS/policy" "${data[@]}" --device "$DEVICE" --out "$EV/open_loop" > "$LOG/open_loop.log" 2>&1 \
+    && tail -2 "$LOG/open_loop.log" || tail -5 "$LOG/open_loop.log"
+}
+
 phase1() {
   record
+  [[ $CAMERA == corner ]] && record_held  # one 64 px camera, as the open-loop recording is made
   # The policy and the world model (which only the judge needs) train side by side for TRAIN_S each, as ACT and DP do
   # in PHASE=2: each shares the GPU with one neighbour. WM_LEAD/WM_S start the world model WM_LEAD s before the
   # policy's box ends and train it WM_S s (beside the closed loops), so the policy has the GPU alone; WM_S=0 trains no
@@ -200,12 +216,13 @@ phase1() {
   fi
   if [ -d "$EV/curve" ]; then judge; stamp "judge done"; fi
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
+  # the same policy in the recorded expert's states, beside the end of the final closed loop (~30 s): with the closed
+  # loop's expert trace, it tells a policy that cannot see the object from one that drifts off the data
+  open_loop > "$LOG/open_loop.out" 2>&1 &
+  local open_pid=$!
   wait "$final_pid" || tail -20 "$LOG/eval_final.log"
   stamp "final closed loop done"
-  # the same policy in the recorded expert's states (the run's held-out episodes): beside the closed loop's expert
-  # trace, it tells a policy that cannot see the object from one that drifts off the data (a few seconds)
-  wamkit eval open-loop "$RUNS/policy" --device "$DEVICE" --out "$EV/open_loop" > "$LOG/open_loop.log" 2>&1 \
-    && tail -2 "$LOG/open_loop.log" || tail -5 "$LOG/open_loop.log"
+  wait "$open_pid"; cat "$LOG/open_loop.out"
   tail -1 "$LOG/eval_final.log"
   pack1
 }
