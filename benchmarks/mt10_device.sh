@@ -18,6 +18,8 @@
 #   stage                      PHASE=1 (wamkit + judge)                       PHASE=2 (ACT + DP)
 #   install wheels, GL         ~20                                            ~20
 #   record 10 x 50 episodes    32 (15 workers; 7.6 CPU-min serial)            28
+#   record 10 x 2 apart        ~5 (OPEN_LOOP_EPS, seed 500: eval open-loop's
+#                              placements; not timed on the GPU yet)
 #   train                      TRAIN_S=310: policy and world model side by    TRAIN_S=310: ACT and DP side by side
 #                              side, each trainer.time_budget_s (the steps
 #                              and the LR schedule fitted to the box)
