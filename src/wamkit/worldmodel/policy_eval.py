@@ -18,9 +18,10 @@ Policies are ranked by their mean rank over the episodes (on each episode the po
 by their score, 1 = the best; ties share): every episode counts once, whatever the spread of its
 scores, where a mean of PSNRs lets a few episodes of wide spread decide (in each of seven MT10 judge
 rankings of 7-9 policies, recomputed from their reports, the episode rank's correlation was at least
-the mean score's: 0.79 against 0.62 on average; benchmarks/RESULTS.md). The ranking is set against the policies' true closed-loop success rates
-(`wamkit eval sim` results.json) with Spearman's rho, Kendall's tau-b and an exact permutation
-p-value; the mean score's correlation stands beside it. Two references, not ranked: `expert` (the recorded actions through the world model: what a
+the mean score's: 0.79 against 0.62 on average; benchmarks/RESULTS.md). The ranking is set against
+the policies' true closed-loop success rates (`wamkit eval sim` results.json) with Spearman's rho,
+Kendall's tau-b and an exact permutation p-value; the mean score's correlation stands beside it.
+Two references, not ranked: `expert` (the recorded actions through the world model: what a
 known-successful policy scores in imagination) and `static` (the first frame held: a policy that
 does nothing).
 
