@@ -19,6 +19,8 @@ from wamkit import __version__  # noqa: E402
 from wamkit.device import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, INFERENCE_DTYPES  # noqa: E402
 from wamkit.errors import ConfigError, WamkitError  # noqa: E402
 
+SIM_PIXEL_FORMATS = ("yuv420p", "yuv444p")  # wamkit.data.writer.PIXEL_FORMATS for H.264 (kept here: no av import to parse)
+
 NOISE_SCALE_HELP = ("scale of the noise each chunk's sampling starts from: 1 = the trained distribution, < 1 nearer "
                     "its mode, 0 = one chunk whatever the seed")
 
@@ -184,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
     sim_record.add_argument("--workers", type=int, default=0,
                             help="simulator processes for the rollouts (0: in this process; the dataset is the same for any count)")
+    sim_record.add_argument("--pix-fmt", choices=SIM_PIXEL_FORMATS, default="yuv420p",
+                            help="video pixel format: yuv420p (LeRobot's default) halves the colour resolution, which smears small "
+                            "coloured cues at 64 px; yuv444p keeps full colour, as the simulator renders it for evaluation")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")

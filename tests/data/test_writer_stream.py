@@ -44,3 +44,43 @@ def test_an_aborted_recording_leaves_nothing(tmp_path):
     writer.add(_episode(0, 5))
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def _marker_episode(length: int) -> RecordedEpisode:
+    """Grey frames with a one-pixel red marker: the kind of cue 4:2:0 chroma smears at low resolution."""
+    frames = np.full((length, 16, 16, 3), 128, np.uint8)
+    frames[:, 7, 7] = (230, 20, 20)
+    episode = _episode(0, length)
+    return RecordedEpisode(episode.task, episode.states, episode.actions, frames)
+
+
+def test_yuv444p_keeps_the_colour_that_yuv420p_smears_and_loads_back(tmp_path):
+    from wamkit.data import LeRobotV3Dataset
+    from wamkit.data.doctor import diagnose
+    from wamkit.data.writer import DEFAULT_CAMERA_KEY
+
+    errors = {}
+    for pix_fmt in ("yuv420p", "yuv444p"):
+        root = tmp_path / pix_fmt
+        write_lerobot_dataset(root, [_marker_episode(40)], 10, pix_fmt=pix_fmt, **NAMES)
+        ds = LeRobotV3Dataset(root)
+        assert ds.info["features"][DEFAULT_CAMERA_KEY]["info"]["video.pix_fmt"] == pix_fmt
+        frames = ds.decode_frames(0, DEFAULT_CAMERA_KEY, range(40)).astype(int)
+        errors[pix_fmt] = np.abs(frames[:, 7, 7] - (230, 20, 20)).max()
+        assert diagnose(root).ok, pix_fmt
+    assert errors["yuv444p"] <= 8 < errors["yuv420p"], errors
+
+
+def test_unsupported_pixel_formats_are_refused_before_anything_is_written(tmp_path):
+    import pytest
+
+    from wamkit.cli import SIM_PIXEL_FORMATS
+    from wamkit.data.writer import PIXEL_FORMATS
+    from wamkit.errors import DataError
+
+    assert set(SIM_PIXEL_FORMATS) == set(PIXEL_FORMATS)  # the CLI offers exactly what the writer takes
+    with pytest.raises(DataError, match="(?s)pix_fmt.*'yuv444p' is not supported with 'av1'.*yuv420p"):
+        LeRobotWriter(tmp_path / "av1", 10, tasks=["reach"], codec="av1", pix_fmt="yuv444p", **NAMES)
+    with pytest.raises(DataError, match="pix_fmt.*'rgb24'"):
+        LeRobotWriter(tmp_path / "rgb", 10, tasks=["reach"], pix_fmt="rgb24", **NAMES)
+    assert list(tmp_path.iterdir()) == []

@@ -26,6 +26,10 @@ VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 ENCODERS = {"h264": ("libx264", "h264"), "libx264": ("libx264", "h264"),
             "av1": ("libsvtav1", "av1"), "libsvtav1": ("libsvtav1", "av1")}
+# yuv420p (LeRobot's default) halves the colour resolution: at 64 px a small coloured cue (a handle
+# marker, a finger pad) smears into its neighbours, so a policy trained on the decoded video sees
+# other colours than the raw camera it acts on. yuv444p keeps full colour (H.264 only: SVT-AV1 is 4:2:0).
+PIXEL_FORMATS = {"yuv420p": ("libx264", "libsvtav1"), "yuv444p": ("libx264",)}
 
 
 def compute_stats(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
@@ -42,9 +46,9 @@ def compute_stats(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.nd
     return stats
 
 
-def encode_video(path: Path, frames: np.ndarray, fps: int, encoder: str) -> None:
-    """Encode frames [N,H,W,3] as yuv420p mp4 with frame i at pts i/fps."""
-    video = _VideoStream(path, frames.shape[1:3], fps, encoder)
+def encode_video(path: Path, frames: np.ndarray, fps: int, encoder: str, pix_fmt: str = "yuv420p") -> None:
+    """Encode frames [N,H,W,3] as an mp4 in `pix_fmt` with frame i at pts i/fps."""
+    video = _VideoStream(path, frames.shape[1:3], fps, encoder, pix_fmt)
     try:
         video.add(frames)
         video.close()
@@ -117,17 +121,28 @@ def _layout(first: RecordedEpisode, camera_key: str) -> tuple[int, int, dict[str
     return ds, da, sizes
 
 
-class _VideoStream:
-    """One mp4 being written frame by frame (yuv420p, frame i at pts i/fps), as encode_video writes it whole."""
+def check_encoding(codec: str, pix_fmt: str) -> tuple[str, str]:
+    """(encoder, codec name) of a supported `codec` / `pix_fmt` pair, else a DataError naming the fix."""
+    if codec not in ENCODERS:
+        raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+    encoder, name = ENCODERS[codec]
+    if encoder not in PIXEL_FORMATS.get(pix_fmt, ()):
+        usable = sorted(f for f, encoders in PIXEL_FORMATS.items() if encoder in encoders)
+        raise DataError("write_lerobot_dataset: pix_fmt", f"{pix_fmt!r} is not supported with {codec!r}", f"use one of {usable}")
+    return encoder, name
 
-    def __init__(self, path: Path, size: tuple[int, int], fps: int, encoder: str):
+
+class _VideoStream:
+    """One mp4 being written frame by frame (frame i at pts i/fps), as encode_video writes it whole."""
+
+    def __init__(self, path: Path, size: tuple[int, int], fps: int, encoder: str, pix_fmt: str = "yuv420p"):
         path.parent.mkdir(parents=True, exist_ok=True)
         if encoder == "libsvtav1":
             os.environ.setdefault("SVT_LOG", "1")
         self.container = av.open(str(path), mode="w")
         self.stream = self.container.add_stream(encoder, rate=fps)
         self.stream.width, self.stream.height = size[1], size[0]
-        self.stream.pix_fmt = "yuv420p"
+        self.stream.pix_fmt = pix_fmt
         self.stream.codec_context.time_base = Fraction(1, fps)
         self.stream.codec_context.gop_size = 2 * fps
         self.stream.options = {"crf": "10", "preset": "veryfast"} if encoder == "libx264" else {"crf": "12", "preset": "8"}
@@ -170,7 +185,7 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
                           state_names: Sequence[str], action_names: Sequence[str], robot_type: str,
                           camera_key: str = DEFAULT_CAMERA_KEY, episodes_per_file: int = 16,
                           state_bounds=None, action_bounds=None, extra_info: dict | None = None,
-                          codec: str = "h264", tasks: Sequence[str] | None = None) -> dict:
+                          codec: str = "h264", pix_fmt: str = "yuv420p", tasks: Sequence[str] | None = None) -> dict:
     """Write `episodes` as a LeRobot v3.0 dataset (H.264 video), atomically (temp dir, then rename).
     Returns {"widened_channels": {...}} naming constant channels whose stats took the declared bounds.
     For episodes that arrive one at a time (a recording), `LeRobotWriter` holds one episode's frames at once."""
@@ -178,7 +193,7 @@ def write_lerobot_dataset(out_dir: str | Path, episodes: Sequence[RecordedEpisod
         raise DataError("write_lerobot_dataset", "no episodes to write", "record at least one successful episode")
     writer = LeRobotWriter(out_dir, fps, state_names=state_names, action_names=action_names, robot_type=robot_type,
                            camera_key=camera_key, episodes_per_file=episodes_per_file, state_bounds=state_bounds,
-                           action_bounds=action_bounds, extra_info=extra_info, codec=codec,
+                           action_bounds=action_bounds, extra_info=extra_info, codec=codec, pix_fmt=pix_fmt,
                            tasks=tasks if tasks is not None else sorted({e.task for e in episodes}))
     try:
         for episode in episodes:
@@ -197,20 +212,20 @@ class LeRobotWriter:
 
     def __init__(self, out_dir: str | Path, fps: float, *, state_names: Sequence[str], action_names: Sequence[str],
                  robot_type: str, tasks: Sequence[str], camera_key: str = DEFAULT_CAMERA_KEY, episodes_per_file: int = 16,
-                 state_bounds=None, action_bounds=None, extra_info: dict | None = None, codec: str = "h264"):
+                 state_bounds=None, action_bounds=None, extra_info: dict | None = None, codec: str = "h264",
+                 pix_fmt: str = "yuv420p"):
         out_dir = Path(out_dir)
         if int(round(fps)) != fps or fps < 1:
             raise DataError("write_lerobot_dataset: fps", f"{fps} is not a positive integer", "record at an integer rate")
         if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
             raise DataError(str(out_dir), "already exists and is not an empty directory",
                             "delete it or choose another output directory")
-        if codec not in ENCODERS:
-            raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+        self.encoder, self.codec_name = check_encoding(codec, pix_fmt)
+        self.pix_fmt = pix_fmt
         self.out_dir, self.fps, self.camera_key = out_dir, int(fps), camera_key
         self.state_names, self.action_names, self.robot_type = list(state_names), list(action_names), robot_type
         self.episodes_per_file, self.bounds = int(episodes_per_file), (state_bounds, action_bounds)
         self.extra_info, self.tasks = extra_info, list(tasks)
-        self.encoder, self.codec_name = ENCODERS[codec]
         self.task_index = {t: i for i, t in enumerate(self.tasks)}
         self.layout: tuple[int, int, dict[str, tuple[int, int]]] | None = None
         self.states: list[np.ndarray] = []
@@ -236,7 +251,7 @@ class LeRobotWriter:
         for key, frames in episode.camera_frames(self.camera_key).items():
             if key not in self.videos:
                 self.videos[key] = _VideoStream(self.tmp / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=fidx),
-                                                self.layout[2][key], self.fps, self.encoder)
+                                                self.layout[2][key], self.fps, self.encoder, self.pix_fmt)
             self.videos[key].add(frames)
         self.states.append(np.asarray(episode.states))
         self.actions.append(np.asarray(episode.actions))
@@ -305,7 +320,7 @@ class LeRobotWriter:
             "features": {
                 **{key: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
                          "info": {"video.height": h, "video.width": w, "video.codec": self.codec_name,
-                                  "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": fps,
+                                  "video.pix_fmt": self.pix_fmt, "video.is_depth_map": False, "video.fps": fps,
                                   "video.channels": 3, "has_audio": False}}
                    for key, (h, w) in sizes.items()},
                 "observation.state": {"dtype": "float32", "shape": [ds], "names": self.state_names},

@@ -50,7 +50,7 @@ class RecordSummary:
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           action_repeat: int = 1, workers: int = 0, verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, workers: int = 0, pix_fmt: str = "yuv420p", verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
@@ -60,7 +60,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     (optional) overrides the step budget of attempt i (tests use it to force a failure). Raises if
     no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
     dataset runs at the env's fps / K (wamkit.sim.control_rate). `workers` W > 0 rolls the attempts out
-    in W simulator processes (wamkit.sim.workers); the dataset is the same, episodes in the same order."""
+    in W simulator processes (wamkit.sim.workers); the dataset is the same, episodes in the same order.
+    `pix_fmt` 'yuv444p' keeps the video's full colour resolution (wamkit.data.writer.PIXEL_FORMATS says why)."""
     t0 = time.perf_counter()
     names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
@@ -81,7 +82,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     fps = spec.fps / action_repeat
     writer = LeRobotWriter(out_dir, fps, state_names=spec.state_names, action_names=spec.action_names,
                            robot_type=spec.robot_type, camera_key=DEFAULT_CAMERA_KEY, episodes_per_file=episodes_per_file,
-                           state_bounds=spec.state_bounds, action_bounds=spec.action_bounds, tasks=[s.task for s in specs])
+                           state_bounds=spec.state_bounds, action_bounds=spec.action_bounds, tasks=[s.task for s in specs],
+                           pix_fmt=pix_fmt)
     kept_lengths: list[int] = []  # each kept episode goes to the encoder as it ends: memory holds one episode's frames
     dropped: list[int] = []
     kept_seeds: list[int] = []
@@ -113,7 +115,7 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
         total_frames=sum(kept_lengths), fps=fps, resolution=resolution,
         task="; ".join(s.task for s in specs), widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
     provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
-                  "action_repeat": action_repeat,
+                  "action_repeat": action_repeat, "pix_fmt": pix_fmt,
                   "max_episode_steps": max_episode_steps or spec.max_episode_steps, "episode_seeds_kept": kept_seeds}
     (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
     return summary
@@ -153,6 +155,6 @@ def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
-                     workers=getattr(args, "workers", 0), verbose=True)
+                     workers=getattr(args, "workers", 0), pix_fmt=getattr(args, "pix_fmt", "yuv420p"), verbose=True)
     print(summary.format())
     return 0
