@@ -36,7 +36,7 @@
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
 # PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against a 4x finer token grid and 128 px frames,
-# validation every 200 steps; "name@CAMERAS[/PX]:..." trains a variant on a recording of other cameras or frame size)
+# validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT]]:..." trains a variant on a recording of other cameras, frame size or pixel format)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
 # The finer grid (g16, POLICY_EXTRA="--set model.pixel_spatial_factor=2") does not fit PHASE=1's 600 s with its curve
@@ -104,12 +104,13 @@ read -r -a EVAL_SET <<< "${EVAL_EXTRA:-}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
-# CAMERA: the recording's cameras and frame size (CAMERAS[/PX], 64 px unless given), e.g. CAMERA=corner,topview (one
+# CAMERA: the recording's cameras, frame size and pixel format (CAMERAS[/PX[/PIX_FMT]], 64 px and yuv420p unless given;
+# CAMERA=corner/64/yuv444p keeps the colour resolution the 4:2:0 default halves), e.g. CAMERA=corner,topview (one
 # view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
-# a recording is named by its cameras and frame size: "corner" (the default, 64 px), "corner,topview", "corner/128"
+# a recording is named by its cameras, frame size, format: "corner" (the default), "corner,topview", "corner/128", "corner/64/yuv444p"
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
@@ -129,12 +130,17 @@ pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
 stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
-record() {  # [CAMERAS[/PX]]: records into data_dir of it once (default: $CAMERA at 64 px)
+recording_args() {  # CAMERAS[/PX[/PIX_FMT]] -> sim record's options (64 px, yuv420p unless given)
+  local cameras px fmt; IFS=/ read -r cameras px fmt <<< "$1"
+  echo --camera "$cameras" --resolution "${px:-64}" --pix-fmt "${fmt:-yuv420p}"
+}
+
+record() {  # [CAMERAS[/PX[/PIX_FMT]]]: records into data_dir of it once (default: $CAMERA)
   local rec=${1:-$CAMERA} data log; data=$(data_dir "$rec"); log=$LOG/record_$(basename "$data").log
-  local cameras=${rec%%/*} px=64; [[ $rec == */* ]] && px=${rec#*/}
   [ -f "$data/meta/info.json" ] && return
-  stamp "record $ENVS x $EPS ($W workers, camera $cameras, $px px)"
-  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$data" --seed 0 --resolution "$px" --camera "$cameras" \
+  stamp "record $ENVS x $EPS ($W workers, $(recording_args "$rec"))"
+  # shellcheck disable=SC2046 # recording_args' words are separate options
+  wamkit sim record "$ENVS" --episodes "$EPS" --workers "$W" --out "$data" --seed 0 $(recording_args "$rec") \
     > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
   tail -1 "$log"
 }
@@ -160,8 +166,9 @@ trained() {  # job: after its training, keep its metrics.jsonl (samples_per_s, l
 
 record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the recording, seed 0, nor the closed loops, 1000, use)
   [ "$OPEN_LOOP_EPS" -gt 0 ] && [ ! -f "$HELD/meta/info.json" ] || return 0
-  wamkit sim record "$ENVS" --episodes "$OPEN_LOOP_EPS" --workers "$W" --out "$HELD" --seed 500 --resolution 64 \
-    --camera "$CAMERA" > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
+  # shellcheck disable=SC2046 # recording_args' words are separate options
+  wamkit sim record "$ENVS" --episodes "$OPEN_LOOP_EPS" --workers "$W" --out "$HELD" --seed 500 $(recording_args "$CAMERA") \
+    > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
 }
 
 open_loop() {  # the final policy in the recorded expert's states: every task's held-out placements (OPEN_LOOP_EPS), else the run's validation episodes
@@ -172,7 +179,7 @@ open_loop() {  # the final policy in the recorded expert's states: every task's 
 
 phase1() {
   record
-  [[ $CAMERA == corner ]] && record_held  # one 64 px camera, as the open-loop recording is made
+  [[ ${CAMERA%%/*} != *,* ]] && record_held  # one camera, as the policy's recording (frame size, pixel format)
   # The policy and the world model (which only the judge needs) train side by side for TRAIN_S each, as ACT and DP do
   # in PHASE=2: each shares the GPU with one neighbour. WM_LEAD/WM_S start the world model WM_LEAD s before the
   # policy's box ends and train it WM_S s (beside the closed loops), so the policy has the GPU alone; WM_S=0 trains no
@@ -303,7 +310,7 @@ phase2() {
 }
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
-  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX]"
+  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT]]"
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default: what the policy reads from the image, the open question the sixteenth session's sweep (random shifts 0/4/8
