@@ -104,13 +104,14 @@ read -r -a EVAL_SET <<< "${EVAL_EXTRA:-}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 SEED=1000; HORIZON=8; SWEEP_WORKERS=${SWEEP_WORKERS:-3}
 read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
-# CAMERA: the recording's cameras, frame size and pixel format (CAMERAS[/PX[/PIX_FMT]], 64 px and yuv420p unless given;
-# CAMERA=corner/64/yuv444p keeps the colour resolution the 4:2:0 default halves), e.g. CAMERA=corner,topview (one
+# CAMERA: the recording's cameras, frame size and pixel format (CAMERAS[/PX[/PIX_FMT]], 64 px and yuv444p unless given;
+# every run up to the twenty-first session recorded CAMERA=corner/64/yuv420p, whose 4:2:0 chroma smears the small
+# coloured cues the policies must see), e.g. CAMERA=corner,topview (one
 # view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
 # PHASE=1 trains the policy alone and PHASE=2 does not judge.
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
-# a recording is named by its cameras, frame size, format: "corner" (the default), "corner,topview", "corner/128", "corner/64/yuv444p"
+# a recording is named by its cameras, frame size, format: "corner" (the default), "corner,topview", "corner/128", "corner/64/yuv420p"
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
@@ -130,9 +131,9 @@ pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
 stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
-recording_args() {  # CAMERAS[/PX[/PIX_FMT]] -> sim record's options (64 px, yuv420p unless given)
+recording_args() {  # CAMERAS[/PX[/PIX_FMT]] -> sim record's options (64 px and sim record's yuv444p unless given)
   local cameras px fmt; IFS=/ read -r cameras px fmt <<< "$1"
-  echo --camera "$cameras" --resolution "${px:-64}" --pix-fmt "${fmt:-yuv420p}"
+  echo --camera "$cameras" --resolution "${px:-64}" ${fmt:+--pix-fmt "$fmt"}
 }
 
 record() {  # [CAMERAS[/PX[/PIX_FMT]]]: records into data_dir of it once (default: $CAMERA)

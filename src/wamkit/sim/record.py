@@ -50,7 +50,7 @@ class RecordSummary:
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           action_repeat: int = 1, workers: int = 0, pix_fmt: str = "yuv420p", verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, workers: int = 0, pix_fmt: str = "yuv444p", verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
@@ -61,7 +61,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     no attempt succeeded. `action_repeat` K holds every expert action for K simulator steps, so the
     dataset runs at the env's fps / K (wamkit.sim.control_rate). `workers` W > 0 rolls the attempts out
     in W simulator processes (wamkit.sim.workers); the dataset is the same, episodes in the same order.
-    `pix_fmt` 'yuv444p' keeps the video's full colour resolution (wamkit.data.writer.PIXEL_FORMATS says why)."""
+    `pix_fmt` is the video's: 'yuv444p' (default) keeps the full colour resolution the policy sees in closed loop;
+    'yuv420p', LeRobot's and every browser's, halves it (wamkit.data.writer.PIXEL_FORMATS says what that costs)."""
     t0 = time.perf_counter()
     names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
@@ -155,6 +156,6 @@ def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
-                     workers=getattr(args, "workers", 0), pix_fmt=getattr(args, "pix_fmt", "yuv420p"), verbose=True)
+                     workers=getattr(args, "workers", 0), pix_fmt=getattr(args, "pix_fmt", "yuv444p"), verbose=True)
     print(summary.format())
     return 0
