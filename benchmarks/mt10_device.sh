@@ -35,7 +35,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against a 4x finer token grid and 128 px frames,
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against batch 512 and chunk 8,
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT]]:..." trains a variant on a recording of other cameras, frame size or pixel format)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
@@ -314,13 +314,11 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT]]"
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
-  # default: what the policy reads from the image, the open question the sixteenth session's sweep (random shifts 0/4/8
-  # px: no overfitting, no gain) and camera A/B left: the recipe (64 px, 8x8 tokens a latent frame), 16x16 tokens
-  # (pixel_unshuffle by 2: 1,314 tokens a sample, --dry-run 51 GiB, peak 51.2) and 128 px frames at the same 8x8 tokens (unshuffle
-  # by 8: 4x the pixels in each token, the same step cost once the frame cache holds the 2 GB recording, which the
-  # seventeenth session's r128 lacked; reach's goal marker is ~1 px at 64), with held-out losses
+  # default: the twenty-second session's CPU testbed on the GPU, all on the recording of $CAMERA (4:4:4 by default):
+  # the recipe, twice the samples a step (1,500 x 32 did what 3,000 x 16 did on window-open: samples, not updates),
+  # and chunk 8 (224 tokens a sample instead of 360 on the tiny: 0.62x the CPU step, no worse per step)
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;r128@corner/128:$val --set model.pixel_spatial_factor=8"}
+  local variants=${VARIANTS:-"base:$val;b512:$val --set trainer.samples_per_step=512;c8:$val --set data.chunk_length=8"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
