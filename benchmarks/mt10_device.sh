@@ -35,7 +35,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against batch 512 and chunk 8,
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against twice its batch (512) and chunk 8,
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT]]:..." trains a variant on a recording of other cameras, frame size or pixel format)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
@@ -318,7 +318,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # the recipe, twice the samples a step (1,500 x 32 did what 3,000 x 16 did on window-open: samples, not updates),
   # and chunk 8 (224 tokens a sample instead of 360 on the tiny: 0.62x the CPU step, no worse per step)
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;b512:$val --set trainer.samples_per_step=512;c8:$val --set data.chunk_length=8"}
+  local variants=${VARIANTS:-"base:$val;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ));c8:$val --set data.chunk_length=8"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
