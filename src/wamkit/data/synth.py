@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from wamkit.data.writer import ENCODERS, RecordedEpisode, write_lerobot_dataset
+from wamkit.data.writer import RecordedEpisode, check_encoding, write_lerobot_dataset
 from wamkit.errors import DataError
 
 TASKS = ("reach the green target", "reach the blue target")
@@ -94,8 +94,7 @@ def write_demo_dataset(out_dir: str | Path, num_episodes: int = 32, fps: int = 1
                        episodes_per_file: int = 16, seed: int = 0, codec: str = "h264") -> Path:
     """Simulate and write the demo dataset to `out_dir` (built in a temp dir, then renamed into place)."""
     out_dir = Path(out_dir)
-    if codec not in ENCODERS:
-        raise DataError("write_demo_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+    check_encoding(codec, "yuv420p", caller="write_demo_dataset")  # before simulating the episodes
     if num_episodes < 1 or episodes_per_file < 1 or image_size < 16 or image_size % 2 or fps < 1:
         raise DataError("write_demo_dataset", f"bad sizes num_episodes={num_episodes} episodes_per_file="
                         f"{episodes_per_file} image_size={image_size} fps={fps}",

@@ -121,14 +121,14 @@ def _layout(first: RecordedEpisode, camera_key: str) -> tuple[int, int, dict[str
     return ds, da, sizes
 
 
-def check_encoding(codec: str, pix_fmt: str) -> tuple[str, str]:
-    """(encoder, codec name) of a supported `codec` / `pix_fmt` pair, else a DataError naming the fix."""
+def check_encoding(codec: str, pix_fmt: str, caller: str = "write_lerobot_dataset") -> tuple[str, str]:
+    """(encoder, codec name) of a supported `codec` / `pix_fmt` pair, else a DataError naming `caller`'s field and the fix."""
     if codec not in ENCODERS:
-        raise DataError("write_lerobot_dataset: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
+        raise DataError(f"{caller}: codec", f"{codec!r} is not supported", f"use one of {sorted(ENCODERS)}")
     encoder, name = ENCODERS[codec]
     if encoder not in PIXEL_FORMATS.get(pix_fmt, ()):
         usable = sorted(f for f, encoders in PIXEL_FORMATS.items() if encoder in encoders)
-        raise DataError("write_lerobot_dataset: pix_fmt", f"{pix_fmt!r} is not supported with {codec!r}", f"use one of {usable}")
+        raise DataError(f"{caller}: pix_fmt", f"{pix_fmt!r} is not supported with {codec!r}", f"use one of {usable}")
     return encoder, name
 
 
