@@ -5,7 +5,8 @@
 # and that the image lacks. No dependencies are resolved: the lists below are the measured import
 # closure of `lerobot.policies.{act,diffusion}`, Meta-World rendering through EGL and wamkit.
 #
-#   bash benchmarks/policy_quality_wheels.sh        # fills .whl/ (wamkit), .whl_sim/ (sim + LeRobot), .gl/ (EGL)
+#   bash benchmarks/policy_quality_wheels.sh        # fills .whl/ (wamkit), .whl_sim/ (sim + LeRobot), .gl/ (EGL),
+#                                                   # .whl_p1/ and .whl_p2/ (mt10_device.sh's two phases)
 #
 # The three folders are git-ignored (.gitignore). Meta-World's wheel is rewritten with its textures
 # downscaled (benchmarks/slim_wheel.py: 35 -> 5 MiB; 64 px renders never see the full-size ones); one phase's
@@ -49,17 +50,21 @@ APT=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/t
 apt-get "${APT[@]}" update >/dev/null
 (cd .gl && apt-get "${APT[@]}" download "${GL_DEBS[@]}")
 
-# .whl_p1 / .whl_p2: what mt10_device.sh PHASE=1 / PHASE=2 install, hard links into the two above, now that the
+# .whl_p1 / .whl_p2: what mt10_device.sh PHASE=1 / PHASE=2 install, hard links into the folders above, now that the
 # working tree (7 MiB) leaves too little of the 64 MiB carry for all three folders: PHASE=1 needs no LeRobot and
-# no serving packages (carry [".whl_p1", ".gl"], WHEEL_DIRS=.whl_p1); PHASE=2 no diffusers (wamkit imports it
-# lazily; carry [".whl_p2", ".gl"], WHEEL_DIRS=.whl_p2)
+# no serving packages (carry [".whl_p1", ".gl"], WHEEL_DIRS=.whl_p1), PHASE=2 no wamkit serving packages (carry
+# [".whl_p2", ".gl"], WHEEL_DIRS=.whl_p2). Both carry diffusers without its pipelines (.whl_slim: 2 of 6 MiB; wamkit
+# uses its models and schedulers, LeRobot's Diffusion Policy its schedulers; wamkit's tests pass on it), which leaves
+# room beside the tree and lets PHASE=2 run on a fresh machine too
+rm -rf .whl_slim && mkdir .whl_slim && cp .whl/diffusers-*.whl .whl_slim/
+"$PILLOW_PY" "$(dirname "$0")/slim_wheel.py" .whl_slim/diffusers-*.whl --drop diffusers/pipelines --drop diffusers/modular_pipelines
 rm -rf .whl_p1 .whl_p2 && mkdir .whl_p1 .whl_p2
-for f in .whl/av-* .whl/diffusers-* .whl/importlib_metadata-* .whl_sim/farama* .whl_sim/glfw* .whl_sim/gymnasium* \
+for f in .whl/av-* .whl_slim/diffusers-* .whl/importlib_metadata-* .whl_sim/farama* .whl_sim/glfw* .whl_sim/gymnasium* \
          .whl_sim/metaworld* .whl_sim/mujoco* .whl_sim/pyopengl* .whl_sim/PyOpenGL*; do
   [ -e "$f" ] && ln "$f" .whl_p1/
 done
-for f in .whl/av-* .whl/importlib_metadata-* .whl_sim/*.whl; do ln "$f" .whl_p2/; done
-for dir in .whl .whl_sim .whl_p1 .whl_p2 .gl; do
+for f in .whl/av-* .whl/importlib_metadata-* .whl_sim/*.whl .whl_slim/diffusers-*; do ln "$f" .whl_p2/; done
+for dir in .whl .whl_sim .whl_slim .whl_p1 .whl_p2 .gl; do
   echo "$dir: $(du -sh "$dir" | cut -f1)"
 done
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)

@@ -1,13 +1,18 @@
-"""Rewrite a wheel with its large PNG textures downscaled, so Meta-World (35 MB of textures) fits one
-device carry beside wamkit's wheels (64 MiB in all).
+"""Rewrite a wheel with its large PNG textures downscaled, or whole subpackages left out, so Meta-World (35 MB of
+textures) and diffusers fit one device carry beside wamkit's wheels (64 MiB in all).
 
     python benchmarks/slim_wheel.py .whl_sim/metaworld-3.1.1-py3-none-any.whl [--max-side 256] [--min-bytes 200000]
+    python benchmarks/slim_wheel.py .whl/diffusers-0.42.1-py3-none-any.whl --drop diffusers/pipelines --drop ...
 
 Cameras render 64-96 px frames, so a 2048 px wood texture is mipmapped down to a few texels anyway;
 textures are shrunk by a power of two (grid layouts stay divisible), height maps are left alone (their
 size is geometry). Every frame recorded and evaluated on the device then uses the same slim textures;
 they differ slightly from a full install's, so record and evaluate with the same install. The
 wheel's RECORD gets the new hashes and sizes.
+
+--drop removes a folder of the wheel (diffusers' pipelines: 3.9 of its 5.9 MiB; wamkit uses its models and
+schedulers, LeRobot's Diffusion Policy its schedulers, and diffusers imports its subpackages lazily); the
+folder's RECORD lines go with it.
 """
 
 from __future__ import annotations
@@ -41,11 +46,16 @@ def record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def slim(path: Path, max_side: int, min_bytes: int) -> tuple[int, int]:
+def slim(path: Path, max_side: int, min_bytes: int, drop: tuple[str, ...] = ()) -> tuple[int, int]:
     """Rewrite `path` in place; (bytes before, bytes after)."""
     before = path.stat().st_size
+    prefixes = tuple(d.rstrip("/") + "/" for d in drop)
     with zipfile.ZipFile(path) as src:
-        files = {i.filename: src.read(i.filename) for i in src.infolist()}
+        names = [i.filename for i in src.infolist()]
+        missing = [d for d in prefixes if not any(n.startswith(d) for n in names)]
+        if missing:
+            raise SystemExit(f"{path.name}: no folder {', '.join(missing)} in the wheel (--drop names a folder inside it)")
+        files = {n: src.read(n) for n in names if not n.startswith(prefixes)}
     changed = {}
     for name, data in files.items():
         if name.endswith(".png") and len(data) >= min_bytes and "height" not in Path(name).name:
@@ -55,7 +65,8 @@ def slim(path: Path, max_side: int, min_bytes: int) -> tuple[int, int]:
     files.update(changed)
     record = next(n for n in files if n.endswith(".dist-info/RECORD"))
     lines = [record_line(n, files[n]) if n in changed else line
-             for line in files[record].decode().splitlines() if line for n in [line.split(",")[0]]]
+             for line in files[record].decode().splitlines() if line for n in [line.split(",")[0]]
+             if not n.startswith(prefixes)]
     files[record] = ("\n".join(lines) + "\n").encode()
     tmp = path.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
@@ -70,8 +81,10 @@ def main() -> None:
     p.add_argument("wheel", type=Path)
     p.add_argument("--max-side", type=int, default=256)
     p.add_argument("--min-bytes", type=int, default=200_000, help="leave smaller PNGs as they are")
+    p.add_argument("--drop", action="append", default=[], metavar="FOLDER",
+                   help="leave this folder of the wheel out (repeatable), e.g. diffusers/pipelines")
     args = p.parse_args()
-    before, after = slim(args.wheel, args.max_side, args.min_bytes)
+    before, after = slim(args.wheel, args.max_side, args.min_bytes, tuple(args.drop))
     print(f"{args.wheel.name}: {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB")
 
 
