@@ -12,7 +12,8 @@
 # records the data again (same seeds, same renderer: the same dataset) and trains, evaluates and judges what
 # it needs in one call. Start PHASE=2 at once when PHASE=1 returns: on the still-warm machine it finds PHASE=1's
 # world model and judge report, scores ACT and DP with the same settings and merges them into one ranking
-# (eval/judge_all); on a fresh machine it says so and skips that. Budget per call, seconds, MEASURED on one H200 (benchmarks/RESULTS.md, issue 26
+# (eval/judge_all); on a fresh machine (the warm one may be taken back) it says so, skips that and still trains and
+# evaluates ACT and DP. Budget per call, seconds, MEASURED on one H200 (benchmarks/RESULTS.md, issue 26
 # sections; the logs time every stage):
 #
 #   stage                      PHASE=1 (wamkit + judge)                       PHASE=2 (ACT + DP)
@@ -35,9 +36,10 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe against twice its batch (512) and chunk 8,
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, the conv stem with frame positions, twice its batch (512),
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT]]:..." trains a variant on a recording of other cameras, frame size or pixel format)
-# side by side for TRAIN_S each and evaluates each at EPISODES/task: which knob to carry into PHASE=1:
+# side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
+# per action axis): which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
 # The finer grid (g16, POLICY_EXTRA="--set model.pixel_spatial_factor=2") does not fit PHASE=1's 600 s with its curve
 # and judge (its closed loop is slower and --num-steps 5 did not speed it: eighteenth session, cut in the final loop
@@ -172,10 +174,11 @@ record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the reco
     > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
 }
 
-open_loop() {  # the final policy in the recorded expert's states: every task's held-out placements (OPEN_LOOP_EPS), else the run's validation episodes
-  local data=(); [ -f "$HELD/meta/info.json" ] && data=(--dataset "$HELD")
-  wamkit eval open-loop "$RUNS/policy" "${data[@]}" --device "$DEVICE" --out "$EV/open_loop" > "$LOG/open_loop.log" 2>&1 \
-    && tail -2 "$LOG/open_loop.log" || tail -5 "$LOG/open_loop.log"
+open_loop() {  # [RUN [NAME]]: a run's last policy (default: PHASE=1's) in the recorded expert's states, every task's
+  # held-out placements (OPEN_LOOP_EPS), else the run's validation episodes; report in $EV/NAME, log $LOG/NAME.log
+  local run=${1:-policy} name=${2:-open_loop} data=(); [ -f "$HELD/meta/info.json" ] && data=(--dataset "$HELD")
+  wamkit eval open-loop "$RUNS/$run" "${data[@]}" --device "$DEVICE" --out "$EV/$name" > "$LOG/$name.log" 2>&1 \
+    && tail -2 "$LOG/$name.log" || tail -5 "$LOG/$name.log"
 }
 
 phase1() {
@@ -260,12 +263,11 @@ judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and si
 }
 
 phase2() {
-  # LeRobot's Diffusion Policy builds its noise scheduler with diffusers (and the judge is wamkit's world model);
-  # .whl_p2 cannot carry diffusers beside the tree (64 MiB: 92 KB over in the nineteenth session), so PHASE=2 runs on
-  # the machine a PHASE=1 or sweep call just left warm, whose /tmp/site has it (a fresh machine: ACT and DP died at
-  # import in the nineteenth session's first call)
+  # LeRobot's Diffusion Policy builds its noise scheduler with diffusers (and the judge is wamkit's world model):
+  # .whl_p2 carries it without its pipelines (policy_quality_wheels.sh; the full wheel was 92 KB over the 64 MiB carry
+  # in the nineteenth session, and the twenty-third's PHASE=2 on a fresh machine stopped here)
   if ! $PY -c "import diffusers" 2>/dev/null; then
-    stamp "PHASE=2 needs diffusers, which only a warm machine has (from PHASE=1 or sweep's .whl_p1): call it right after one"
+    stamp "PHASE=2 needs diffusers: rebuild the carries with benchmarks/policy_quality_wheels.sh (.whl_p2 holds a slim diffusers)"
     exit 1
   fi
   record
@@ -314,11 +316,14 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT]]"
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
-  # default: the twenty-second session's CPU testbed on the GPU, all on the recording of $CAMERA (4:4:4 by default):
-  # the recipe, twice the samples a step (1,500 x 32 did what 3,000 x 16 did on window-open: samples, not updates),
-  # and chunk 8 (224 tokens a sample instead of 360 on the tiny: 0.62x the CPU step, no worse per step)
+  # default, all on the recording of $CAMERA (4:4:4 by default), each also in the held-out expert states (open loop):
+  # the recipe; the conv stem with Fourier frame positions (sf: they made a tiny button-press policy read the button's
+  # x, 58% -> 95-97% followed, and the twenty-third session's MT10 policy follows x only 38-71% on the four tasks it
+  # fails); twice the samples a step (b2x: 1,500 x 32 did what 3,000 x 16 did on the CPU window-open testbed, and
+  # the twenty-third session's closed-loop curve still rose at the end of its box). Chunk 8 (twenty-second session's
+  # other lever): "c8:$val --set data.chunk_length=8"
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ));c8:$val --set data.chunk_length=8"}
+  local variants=${VARIANTS:-"base:$val;sf:$val --set model.vision_stem=conv --set model.frame_positions=fourier;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ))"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
@@ -326,6 +331,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     if [[ $name == *@* ]]; then recs+=("${name#*@}"); else recs+=("$CAMERA"); fi
     record "${recs[-1]}"
   done
+  [[ ${CAMERA%%/*} != *,* ]] && record_held  # the open loop's placements, in $CAMERA's recording
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for i in "${!specs[@]}"; do
     read -r -a args <<< "${specs[i]#*:}"
@@ -344,10 +350,17 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
       --device "$DEVICE" --out "$EV/$name" --expert-trace > "$LOG/eval_$name.log" 2>&1 &
   done
+  # beside them, each variant trained on $CAMERA's recording in the held-out expert states (`eval open-loop`): which
+  # axis it cannot read even on the data (the twenty-third session: x on push, button-press, reach, pick-place)
+  for i in "${!names[@]}"; do
+    [ "${recs[i]}" = "$CAMERA" ] && open_loop "${names[i]}" "open_loop_${names[i]}" > "$LOG/open_loop_${names[i]}.out" 2>&1 &
+  done
   wait
   for name in "${names[@]}"; do
     echo "$name: $(grep -h "average of" "$LOG/eval_$name.log" || tail -5 "$LOG/eval_$name.log")"
+    [ -f "$LOG/open_loop_$name.out" ] && sed "s/^/$name open loop: /" "$LOG/open_loop_$name.out" | head -1
   done
+  tar czf "$OUT/mt10_phasesweep.tgz" -C "$WORK" --exclude='*.mp4' eval
   stamp "sweep done"
 }
 
