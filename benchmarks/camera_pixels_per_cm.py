@@ -62,7 +62,7 @@ def main() -> None:
     args = p.parse_args()
     import mujoco
 
-    print(f"| task | spread x / y / z (cm): object; goal | camera | object px/cm x / y / z | goal px/cm x / y / z |")
+    print("| task | spread x / y / z (cm): object; goal | camera | object px/cm x / y / z | goal px/cm x / y / z |")
     print("| --- | --- | --- | --- | --- |")
     for task in args.tasks.split(","):
         env = make_env(f"metaworld/{task}", resolution=args.resolution)

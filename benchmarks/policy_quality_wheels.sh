@@ -8,7 +8,7 @@
 #   bash benchmarks/policy_quality_wheels.sh        # fills .whl/ (wamkit), .whl_sim/ (sim + LeRobot), .gl/ (EGL),
 #                                                   # .whl_p1/ and .whl_p2/ (mt10_device.sh's two phases)
 #
-# The three folders are git-ignored (.gitignore). Meta-World's wheel is rewritten with its textures
+# The folders are git-ignored (.gitignore). Meta-World's wheel is rewritten with its textures
 # downscaled (benchmarks/slim_wheel.py: 35 -> 5 MiB; 64 px renders never see the full-size ones); one phase's
 # wheels (.whl_p1 or .whl_p2, below) and .gl fit one device call beside the working tree, which the end checks.
 # Record and evaluate with the same install.
