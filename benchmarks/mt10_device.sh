@@ -109,8 +109,8 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
 # CAMERA: the recording's cameras, frame size and pixel format (CAMERAS[/PX[/PIX_FMT]], 64 px and yuv444p unless given;
 # every run up to the twenty-first session recorded CAMERA=corner/64/yuv420p, whose 4:2:0 chroma smears the small
 # coloured cues the policies must see), e.g. CAMERA=corner,topview (one
-# view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them. The world-model judge takes one camera: with several,
-# PHASE=1 trains the policy alone and PHASE=2 does not judge.
+# view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them,
+# the world model on the same side-by-side canvas (the judge splits its imagined canvases back into the views).
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format: "corner" (the default), "corner,topview", "corner/128", "corner/64/yuv420p"
@@ -183,7 +183,7 @@ open_loop() {  # [RUN [NAME]]: a run's last policy (default: PHASE=1's) in the r
 
 phase1() {
   record
-  [[ ${CAMERA%%/*} != *,* ]] && record_held  # one camera, as the policy's recording (frame size, pixel format)
+  record_held  # the open loop's placements, recorded as the policy's recording (cameras, frame size, pixel format)
   # The policy and the world model (which only the judge needs) train side by side for TRAIN_S each, as ACT and DP do
   # in PHASE=2: each shares the GPU with one neighbour. WM_LEAD/WM_S start the world model WM_LEAD s before the
   # policy's box ends and train it WM_S s (beside the closed loops), so the policy has the GPU alone; WM_S=0 trains no
@@ -200,7 +200,7 @@ phase1() {
   train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
     --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
   local policy_pid=$!
-  if [[ $CAMERA != *,* ]] && [ "$wm_s" -gt 0 ]; then  # WM_S=0: no world model, no judge (the policy's numbers only)
+  if [ "$wm_s" -gt 0 ]; then  # WM_S=0: no world model, no judge (the policy's numbers only)
     { sleep $(( TRAIN_S > wm_lead ? TRAIN_S - wm_lead : 0 )); BOX=$wm_s train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" \
       --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}"; } &
     wm_pid=$!
@@ -247,7 +247,6 @@ pack1() {  # after every stage, so a call cut at its limit still sends back what
 
 judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and sim reports in the same step order)
   local state=${1:-${JUDGE_STATE_LIST[0]}} out=${2:-$EV/judge}
-  [[ $CAMERA == *,* ]] && { stamp "judge skipped: CAMERA=$CAMERA (the judge takes single-camera models)"; return; }
   local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
   local policies=() reports=() step
@@ -331,7 +330,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     if [[ $name == *@* ]]; then recs+=("${name#*@}"); else recs+=("$CAMERA"); fi
     record "${recs[-1]}"
   done
-  [[ ${CAMERA%%/*} != *,* ]] && record_held  # the open loop's placements, in $CAMERA's recording
+  record_held  # the open loop's placements, in $CAMERA's recording
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for i in "${!specs[@]}"; do
     read -r -a args <<< "${specs[i]#*:}"

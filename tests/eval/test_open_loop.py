@@ -25,10 +25,16 @@ class _Scripted:
     def predict(self, observations, seed=None):
         chunks = []
         for o in observations:
-            t = next(i for i in range(len(self.ep.frames)) if np.array_equal(self.ep.frames[i], o["image"]))
+            t = next(i for i in range(len(self.ep.actions)) if _same_image(self.ep.image(i), o["image"]))
             self.seen_states.append(o["state"])
             chunks.append(self.answer(t))
         return chunks
+
+
+def _same_image(a, b) -> bool:
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(np.array_equal, a, b))
+    return np.array_equal(a, b)
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +98,23 @@ def test_bad_requests_name_the_fix(run, tmp_path):
         OL.check_policy(policy, horizon=2, every=0)
     with pytest.raises(WamkitError, match="missing.*info.json is missing"):
         OL.open_loop_main(str(run), dataset=str(tmp_path / "missing"), out_dir=str(tmp_path / "o"), device="cpu")
+
+
+def test_a_policy_of_two_cameras_is_shown_both_recorded_views_in_its_camera_order(tmp_path):
+    """A recording of `--camera corner,topview`: at every window the policy gets the list of its views as
+    recorded, in the order of its camera_keys (not the dataset's), as closed loop hands them."""
+    from wamkit.sim import record
+
+    record("metaworld/reach-v3", 1, tmp_path / "two", resolution=32, camera="corner,topview")
+    ds = LeRobotV3Dataset(tmp_path / "two")
+    keys = ("observation.images.topview", "observation.images.corner")
+    contract = {"action_key": "action", "state_key": "observation.state"}
+    ep = OL.load_recorded(ds, 0, SimpleNamespace(contract=contract, use_state=True, camera_keys=keys))
+    assert [v.shape for v in ep.views] == [(len(ep.actions), 32, 32, 3)] * 2
+    assert np.array_equal(ep.views[1], ds.decode_frames(0, keys[1], np.arange(len(ep.actions))))
+    assert not np.array_equal(ep.views[0][0], ep.views[1][0])  # two different cameras
+
+    replay = _Scripted(ep, lambda t: ep.actions[t:t + 8], contract)
+    replay.camera_keys = keys
+    predicted, recorded = OL.open_loop_episode(replay, ep, every=8, horizon=8, seed=0)
+    assert np.array_equal(predicted, recorded) and len(recorded) == 8 * len(OL.episode_windows(ep, 8, 8)) > 0

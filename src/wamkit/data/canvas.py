@@ -267,6 +267,28 @@ def compose_canvas(images: Sequence[np.ndarray | torch.Tensor], layout: str = "s
     return out.numpy() if as_numpy else out
 
 
+def split_canvas(canvas: torch.Tensor, view_shapes: Sequence[tuple[int, int]], layout: str = "side_by_side",
+                 tier: int = 0) -> list[torch.Tensor]:
+    """The inverse of the composition for a generated canvas [..., H', W', 3]: one view per camera, in the
+    order it was tiled, such that composing them again gives the same canvas (the world-model judge hands a
+    multi-camera policy its views this way). `view_shapes` are the cameras' recorded (H, W). At tier 0 with
+    views of one height these are the views themselves; otherwise they are the views as tiled (shrunk to the
+    common height and to the tier's bucket), which compose back without further resizing. Side by side only:
+    `concat_view` shrinks its exterior views, which do not compose back to the same pixels."""
+    check_layout(layout, int(tier))
+    if layout != "side_by_side":
+        raise DataError("data.camera_layout", f"a {layout!r} canvas cannot be split back into camera views",
+                        "train the world model and the policies with camera_layout = 'side_by_side'")
+    h, w = content_size(view_shapes, layout, int(tier))
+    expected = canvas_size(view_shapes, layout, int(tier))
+    if tuple(canvas.shape[-3:-1]) != tuple(expected):
+        raise DataError("split_canvas", f"the canvas is {tuple(canvas.shape[-3:-1])}, views {list(view_shapes)} compose to "
+                        f"{expected}", "pass the view sizes of the cameras the canvas was composed from")
+    widths = [vw for _, vw in _side_by_side_sizes(view_shapes)]
+    edges = np.rint(np.cumsum([0, *widths]) * (w / sum(widths))).astype(int)
+    return [canvas[..., :h, a:b, :] for a, b in zip(edges[:-1], edges[1:])]
+
+
 class CanvasTransform:
     """video [V, T+1, H, W, 3] uint8 (or a list of V [T+1, H_v, W_v, 3] for cameras of different sizes)
     -> [T+1, H', W', 3] uint8 with a fixed layout and tier.

@@ -22,24 +22,29 @@ from wamkit.eval.expert_agreement import agreement, percent
 
 @dataclass
 class RecordedEpisode:
-    """One recorded episode as the policy is shown it: its camera's frames as recorded, raw states and actions."""
+    """One recorded episode as the policy is shown it: its cameras' frames as recorded, raw states and actions."""
 
     episode: int
-    frames: np.ndarray  # uint8 [L, H, W, 3]
+    views: list[np.ndarray]  # one uint8 [L, H, W, 3] per camera, in the policy's camera order
     actions: np.ndarray  # [L, A]
     states: np.ndarray | None  # [L, S]
     task: str
 
+    def image(self, t: int):
+        """The policy's `image` at step t: the frame of a single-camera policy, else the list of its views (the
+        policy tiles them into its training canvas itself, as in closed loop)."""
+        return self.views[0][t] if len(self.views) == 1 else [view[t] for view in self.views]
+
 
 def load_recorded(dataset, episode: int, policy) -> RecordedEpisode:
-    """The policy's camera, action and (when it reads one) state columns of one episode."""
+    """The policy's cameras, action and (when it reads one) state columns of one episode."""
     length = dataset.episode_length(episode)
     action_key = policy.contract.get("action_key") or "action"
     keys = [action_key] + ([policy.contract["state_key"]] if policy.use_state else [])
     cols = dataset.episode_columns(episode, keys)
     rows = {k: cols[k].reshape(length, -1).astype(np.float64) for k in keys}
-    frames = dataset.decode_frames(episode, policy.camera_keys[0], np.arange(length))
-    return RecordedEpisode(episode, frames, rows[action_key], rows[keys[-1]] if policy.use_state else None,
+    views = [dataset.decode_frames(episode, camera, np.arange(length)) for camera in policy.camera_keys]
+    return RecordedEpisode(episode, views, rows[action_key], rows[keys[-1]] if policy.use_state else None,
                            dataset.episode_task(episode))
 
 
@@ -55,7 +60,7 @@ def open_loop_episode(policy, ep, every: int, horizon: int, seed: int) -> tuple[
     starts = episode_windows(ep, every, horizon)
     if not starts:
         return np.zeros((0, ep.actions.shape[1])), np.zeros((0, ep.actions.shape[1]))
-    obs = [{"image": ep.frames[t], "prompt": ep.task,
+    obs = [{"image": ep.image(t), "prompt": ep.task,
             "state": ep.states[t] if policy.use_state else None} for t in starts]
     chunks = policy.predict(obs, seed=seed + ep.episode)
     predicted = np.concatenate([np.asarray(c[:horizon], np.float64) for c in chunks])
@@ -64,9 +69,6 @@ def open_loop_episode(policy, ep, every: int, horizon: int, seed: int) -> tuple[
 
 
 def check_policy(policy, horizon: int, every: int) -> None:
-    if len(policy.camera_keys) != 1:
-        raise WamkitError("policy: camera_keys", f"are {list(policy.camera_keys)}",
-                          "open-loop evaluation takes single-camera policies (a tiled canvas is not split back into views)")
     if not 1 <= horizon <= policy.chunk_length:
         raise WamkitError("horizon", f"is {horizon}", f"compare 1..{policy.chunk_length} actions (the policy's chunk)")
     if every < 1:
