@@ -174,6 +174,14 @@ record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the reco
     > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
 }
 
+held_covers() {  # CAMERAS[/PX[/PIX_FMT]]: whether the held-out recording ($CAMERA's) shows a policy of that recording
+  # its own views (open loop reads a policy's cameras from a recording that holds more): same frame size and format
+  local cams px fmt held_cams held_px held_fmt cam
+  IFS=/ read -r cams px fmt <<< "$1"; IFS=/ read -r held_cams held_px held_fmt <<< "$CAMERA"
+  [ "${px:-64}/$fmt" = "${held_px:-64}/$held_fmt" ] || return 1
+  for cam in ${cams//,/ }; do [[ ",$held_cams," == *",$cam,"* ]] || return 1; done
+}
+
 open_loop() {  # [RUN [NAME]]: a run's last policy (default: PHASE=1's) in the recorded expert's states, every task's
   # held-out placements (OPEN_LOOP_EPS), else the run's validation episodes; report in $EV/NAME, log $LOG/NAME.log
   local run=${1:-policy} name=${2:-open_loop} data=(); [ -f "$HELD/meta/info.json" ] && data=(--dataset "$HELD")
@@ -349,10 +357,10 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
       --device "$DEVICE" --out "$EV/$name" --expert-trace > "$LOG/eval_$name.log" 2>&1 &
   done
-  # beside them, each variant trained on $CAMERA's recording in the held-out expert states (`eval open-loop`): which
+  # beside them, each variant whose cameras the held-out recording ($CAMERA's) holds, in the held-out expert states (`eval open-loop`): which
   # axis it cannot read even on the data (the twenty-third session: x on push, button-press, reach, pick-place)
   for i in "${!names[@]}"; do
-    [ "${recs[i]}" = "$CAMERA" ] && open_loop "${names[i]}" "open_loop_${names[i]}" > "$LOG/open_loop_${names[i]}.out" 2>&1 &
+    held_covers "${recs[i]}" && open_loop "${names[i]}" "open_loop_${names[i]}" > "$LOG/open_loop_${names[i]}.out" 2>&1 &
   done
   wait
   for name in "${names[@]}"; do
