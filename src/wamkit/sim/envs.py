@@ -6,7 +6,8 @@ env's own success flag, and carries a scripted expert for recording demonstratio
 
 Meta-World (`metaworld==3.1.1`, `mujoco==3.3.0`), goal-observable v3 tasks:
 
-* state  = `[ee_x, ee_y, ee_z, gripper_open]`: the end-effector (TCP) position in metres (world frame)
+* state  = `[ee_x, ee_y, ee_z, gripper_open]`: the hand's position in metres (world frame; the finger pads'
+  centre, from which Meta-World measures success, lies 4.5 cm below it)
   and Meta-World's gripper opening (finger distance / 0.1 m, clipped to [0, 1]), i.e. `obs[:4]`.
   The object poses and the goal position in the rest of Meta-World's 39-D observation are privileged
   information and are *not* exposed: the policy must read them from the image.
