@@ -12,6 +12,15 @@ def test_a_policy_of_several_cameras_renders_them_all_unless_told_otherwise():
     assert eval_cameras(KEYS) == "corner,topview"
     assert eval_cameras(KEYS, "topview,corner") == "topview,corner"
     assert eval_cameras(["observation.images.front"]) is None  # one camera: the env's default
+    assert eval_cameras(["observation.images.front"], recorded="corner@2x") == "corner@2x"  # as its recording rendered it
+    assert eval_cameras(["observation.images.front"], "topview", recorded="corner@2x") == "topview"  # asked for
+
+
+def test_a_zoomed_camera_key_names_the_whole_spec():
+    from wamkit.data.writer import camera_key, camera_name
+
+    assert camera_name(camera_key("corner@2.5x")) == "corner@2.5x" and camera_name("a.b.corner") == "corner"
+    assert eval_cameras([camera_key("corner@2.5x"), camera_key("topview")]) == "corner@2.5x,topview"
 
 
 def test_views_reach_the_policy_in_its_camera_order_whatever_the_env_order():

@@ -95,6 +95,64 @@ def test_two_cameras_render_both_views_and_record_one_video_each(tmp_path):
                                                                           "observation.images.topview"}
 
 
+def test_a_zoomed_camera_shows_the_centre_of_the_view_at_twice_the_pixels():
+    """`corner@2x` narrows the corner camera's field of view about its centre: its 32 px frame is the middle
+    of the 64 px one (the same rays, pixel for pixel, up to rasterization at edges); another spec of the same
+    camera in the same env keeps its own zoom, and bad specs name the form."""
+    from wamkit.sim.base import parse_camera, zoomed_fovy
+
+    assert parse_camera("corner") == ("corner", 1.0) and parse_camera("corner@2.5x") == ("corner", 2.5)
+    assert zoomed_fovy(90.0, 1.0) == pytest.approx(90.0) and zoomed_fovy(90.0, 2.0) == pytest.approx(53.13, abs=0.01)
+    with make_env(ENV, resolution=64) as wide, make_env(ENV, resolution=32, camera="corner@2x,corner") as env:
+        full, obs = wide.reset(7)["image"], env.reset(7)
+        zoomed, unzoomed = obs["views"]["corner@2x"], obs["views"]["corner"]
+        centre = full[16:48, 16:48].astype(int)
+        assert np.mean(np.abs(zoomed.astype(int) - centre).max(-1) <= 8) > 0.95
+        assert np.mean(np.abs(unzoomed.astype(int) - centre).max(-1) <= 8) < 0.6  # the unzoomed view is another picture
+        np.testing.assert_array_equal(env.render("corner"), unzoomed)  # rendering one spec leaves the other's zoom
+    for bad in ("corner@2", "corner@x", "corner@20x", "@2x"):
+        with pytest.raises(SimError, match="NAME@<zoom>x"):
+            make_env(ENV, resolution=32, camera=bad)
+
+
+def test_a_policy_is_evaluated_with_the_camera_its_recording_used(tmp_path):
+    """A one-camera recording keys its view `observation.images.front` whatever camera rendered it; the run's
+    contract keeps the camera (`sim_camera`), so `eval sim` renders the zoomed view the policy trained on, and a
+    policy of one camera out of a two-camera recording sees that camera, not the env's default."""
+    from wamkit.eval import evaluate
+    from wamkit.eval.cameras import policy_cameras
+    from wamkit.eval.sim_eval import load_policy
+    from wamkit.sim.expert import episode_seed
+
+    seen = {}
+    for name, camera, keys in (("zoomed", "corner@2x", None), ("picked", "corner,topview", '["observation.images.topview"]')):
+        data = tmp_path / f"{name}_data"
+        record(ENV, 2, data, seed=0, resolution=32, camera=camera)
+        overrides = {"job.name": f'"{name}"', "job.output_root": f'"{tmp_path}"', "data.path": f'"{data}"',
+                     "data.generate_demo": "false", "data.val_fraction": "0.0", "data.chunk_length": "8",
+                     "model.max_action_dim": "8", "model.pixel_spatial_factor": "8", "trainer.max_iter": "1",
+                     "checkpoint.save_iter": "1", "trainer.samples_per_step": "2", "trainer.progress_bar": "false",
+                     "trainer.val_every": "0", "scheduler.warm_up_steps": "[1]", **({"data.camera_keys": keys} if keys else {})}
+        Trainer(load_experiment(RECIPE, [f"{k}={v}" for k, v in overrides.items()])).train()
+        policy = load_policy(str(tmp_path / name), num_steps=1)
+        original = policy.predict
+
+        def spy(observations, _original=original, _name=name, **kw):
+            seen.setdefault(_name, observations[0]["image"])
+            return _original(observations, **kw)
+
+        policy.predict = spy
+        evaluate(policy, ENV, episodes=1, seed=0, max_episode_steps=8)
+        with make_env(ENV, resolution=32, camera=policy_cameras(policy)) as env:
+            expected = env.reset(episode_seed(0, 0))["image"]
+        seen[name] = (seen[name], expected, policy_cameras(policy))
+    assert seen["zoomed"][2] == "corner@2x" and seen["picked"][2] == "topview"
+    for image, expected, _ in seen.values():
+        np.testing.assert_array_equal(image, expected)
+    with make_env(ENV, resolution=32) as default:
+        assert not np.array_equal(default.reset(episode_seed(0, 0))["image"], seen["picked"][0])
+
+
 def test_a_recording_shows_the_frames_the_policy_will_be_evaluated_on(tmp_path):
     """`wamkit sim record` (yuv444p by default): the decoded first frame is the simulator's render of that placement
     up to the codec's rounding; `--pix-fmt yuv420p` smears the small coloured cues (the 99th percentile of the

@@ -78,8 +78,27 @@ def camera_key(camera: str) -> str:
 
 
 def camera_name(key: str) -> str:
-    """A dataset camera key's camera name: `observation.images.corner` -> `corner`."""
-    return key.rsplit(".", 1)[-1]
+    """A dataset camera key's camera name: `observation.images.corner` -> `corner` (`corner@2.5x` whole)."""
+    return key[len(CAMERA_KEY_PREFIX):] if key.startswith(CAMERA_KEY_PREFIX) else key.rsplit(".", 1)[-1]
+
+
+RECORDING_META = "meta/wamkit_recording.json"  # `wamkit sim record`'s provenance beside a recording
+
+
+def recorded_sim_camera(root: str | Path, camera_keys: list[str]) -> str | None:
+    """The simulator camera spec(s) that rendered these keys of a `wamkit sim record` recording, for a closed
+    loop to render the same: a one-camera recording keys its view `observation.images.front` whatever camera
+    rendered it (its provenance names it), a several-camera one by camera. None for other datasets."""
+    meta = Path(root) / RECORDING_META
+    if not meta.is_file():
+        return None
+    try:
+        recorded = str(json.loads(meta.read_text())["camera"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(str(meta), f"has no readable 'camera' ({exc})", "re-record the dataset with `wamkit sim record`") from exc
+    if "," not in recorded:
+        return recorded
+    return ",".join(camera_name(k) for k in camera_keys)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from wamkit.eval.cameras import eval_cameras, policy_observation
+from wamkit.eval.cameras import policy_cameras, policy_observation
 from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize, trace_agreement
 
 
@@ -46,7 +46,7 @@ def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None)
     if len(repeats) > 1:
         raise EvalError("evaluate_batched", f"the envs run at different rates {sorted({s.fps for s in specs})}",
                         "evaluate envs of one control rate together")
-    return EnvSettings(resolution=resolution, camera=eval_cameras(policy.camera_keys), max_episode_steps=max_episode_steps,
+    return EnvSettings(resolution=resolution, camera=policy_cameras(policy), max_episode_steps=max_episode_steps,
                        action_repeat=repeats.pop())
 
 

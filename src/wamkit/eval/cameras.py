@@ -17,12 +17,21 @@ class CameraError(WamkitError, ValueError):
     """The env's cameras do not match the policy's."""
 
 
-def eval_cameras(camera_keys: Sequence[str], camera: str | None = None) -> str | None:
-    """The `camera` argument for the env: the one asked for, else the policy's cameras when it has several,
-    else None (the env's default camera: single-camera recordings name their key after no camera)."""
+def eval_cameras(camera_keys: Sequence[str], camera: str | None = None, recorded: str | None = None) -> str | None:
+    """The `camera` argument for the env: the one asked for, else the simulator camera(s) the policy's views were
+    recorded with (its contract's `sim_camera`: a one-camera recording keys its view after no camera, and a
+    zoomed camera, `corner@2x`, must be rendered zoomed), else the policy's cameras when it has several, else
+    None (the env's default camera)."""
     if camera is not None:
         return camera
+    if recorded:
+        return recorded
     return ",".join(camera_name(k) for k in camera_keys) if len(camera_keys) > 1 else None
+
+
+def policy_cameras(policy, camera: str | None = None) -> str | None:
+    """`eval_cameras` for a loaded policy (wamkit's or a LeRobot adapter: both carry camera_keys and a contract)."""
+    return eval_cameras(policy.camera_keys, camera, (getattr(policy, "contract", None) or {}).get("sim_camera"))
 
 
 def policy_observation(obs: Mapping, camera_keys: Sequence[str]) -> Mapping:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from wamkit.errors import WamkitError
-from wamkit.eval.cameras import eval_cameras
+from wamkit.eval.cameras import policy_cameras
 from wamkit.eval.realtime import MODES, check_schedule, run_episode
 
 
@@ -187,7 +187,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     step_changes: list[float] = []
     videos_written = {True: 0, False: 0}  # per outcome
     traces: list[tuple] = []  # (executed, expert) per episode, with expert_trace
-    camera = eval_cameras(policy.camera_keys, camera)  # a policy of several cameras sees them all
+    camera = policy_cameras(policy, camera)  # the cameras it was recorded with; several: it sees them all
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
         env = at_control_rate(inner, repeat)  # act at the policy's own rate
         for i in range(episodes):

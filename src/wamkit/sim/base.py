@@ -5,6 +5,7 @@ error, and the headless GL choice that must precede any MuJoCo import. Adapters 
 from __future__ import annotations
 
 import ctypes.util
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -66,6 +67,31 @@ class StepResult:
     success: bool
     done: bool  # success or the step budget is spent
     info: dict
+
+
+ZOOM_RANGE = (0.25, 8.0)
+
+
+def parse_camera(spec: str, where: str = "camera") -> tuple[str, float]:
+    """A camera spec, `NAME` or `NAME@<zoom>x`, -> (the model's camera name, zoom). A zoom narrows the camera's
+    field of view about its centre (2x: half the tangent of the half-angle): the frame shows the middle of
+    the view at the same resolution, so the scene's objects cover that many times the pixels."""
+    name, sep, zoom = spec.partition("@")
+    if not sep:
+        return spec, 1.0
+    try:
+        value = float(zoom[:-1]) if zoom.endswith("x") else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not (ZOOM_RANGE[0] <= value <= ZOOM_RANGE[1]) or not name:
+        raise SimError(where, f"{spec!r} is not NAME or NAME@<zoom>x with a zoom in [{ZOOM_RANGE[0]}, {ZOOM_RANGE[1]}]",
+                       "write e.g. corner or corner@2x")
+    return name, value
+
+
+def zoomed_fovy(fovy_degrees: float, zoom: float) -> float:
+    """The vertical field of view (degrees) that magnifies a pinhole camera's image `zoom` times about its centre."""
+    return math.degrees(2 * math.atan(math.tan(math.radians(fovy_degrees) / 2) / zoom))
 
 
 class SimEnv:
@@ -135,6 +161,8 @@ class SimEnv:
                            "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
         self.spec, self.resolution = spec, int(resolution)
         self.cameras = [c.strip() for c in (camera or spec.camera).split(",") if c.strip()]
+        for c in self.cameras:
+            parse_camera(c, f"sim env {spec.name!r}: camera")
         if len(self.cameras) > 1 and not self.multi_camera:
             raise SimError(f"sim env {spec.name!r}: camera", f"{camera!r} names {len(self.cameras)} cameras; this env "
                            "renders one", "name a single camera (several are supported for Meta-World and aloha/transfer-cube)")
@@ -152,14 +180,22 @@ class SimEnv:
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        self._camera_ids = {}
-        for name in self.cameras:
+        self._camera_ids, self._camera_fovy, self._camera_model = {}, {}, model
+        for spec in self.cameras:
+            name, zoom = parse_camera(spec)
             try:
-                self._camera_ids[name] = model.camera(name).id
+                self._camera_ids[spec] = model.camera(name).id
             except KeyError as exc:
                 names = [model.camera(i).name for i in range(model.ncam)]
                 raise SimError(f"sim env {self.spec.name!r}: camera", f"{name!r} does not exist", f"use one of {names}") from exc
-        self._camera_id = self._camera_ids[self.camera]
+            self._camera_fovy[spec] = zoomed_fovy(float(model.cam_fovy[self._camera_ids[spec]]), zoom)
+
+    def _scene_camera(self, camera: str) -> int:
+        """The model camera id to render `camera` (a spec of self.cameras) from, its field of view set to the
+        spec's zoom first (two specs of one camera may differ in zoom)."""
+        camera_id = self._camera_ids[camera]
+        self._camera_model.cam_fovy[camera_id] = self._camera_fovy[camera]
+        return camera_id
 
     def __enter__(self):
         return self

@@ -19,7 +19,7 @@ from wamkit.errors import DataError
 from wamkit.sim.control_rate import at_control_rate
 from wamkit.sim.base import SimError
 from wamkit.sim.envs import expand_env_names, get_spec, make_env
-from wamkit.data.writer import DEFAULT_CAMERA_KEY, LeRobotWriter
+from wamkit.data.writer import DEFAULT_CAMERA_KEY, RECORDING_META, LeRobotWriter
 from wamkit.sim.expert import episode_seed, rollout_expert  # noqa: F401 - re-exported
 
 
@@ -118,7 +118,7 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
                   "action_repeat": action_repeat, "pix_fmt": pix_fmt,
                   "max_episode_steps": max_episode_steps or spec.max_episode_steps, "episode_seeds_kept": kept_seeds}
-    (out_dir / "meta" / "wamkit_recording.json").write_text(json.dumps(provenance, indent=2))
+    (out_dir / RECORDING_META).write_text(json.dumps(provenance, indent=2))
     return summary
 
 

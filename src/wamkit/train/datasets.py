@@ -14,6 +14,7 @@ from wamkit.data.episode_frames import cache_off_note
 from wamkit.data.multi import is_multi_root, open_lerobot
 from wamkit.data.run_data import RunData
 from wamkit.data.selection import KeepRanges, NoWindowsKept
+from wamkit.data.writer import recorded_sim_camera
 from wamkit.errors import DataError
 from wamkit.model.text_tokenizer import resolve_text_tokenizer, warn_truncated_prompts
 
@@ -75,6 +76,8 @@ def build_run_data(cfg) -> RunData:
         "chunk_length": cfg.data.chunk_length,
         "camera_keys": cameras or dataset.camera_keys,
         "camera_sizes": [list(dataset.frame_size(c)) for c in cameras or dataset.camera_keys],  # [H, W] each (serve warm-up)
+        # the simulator camera(s) that rendered them (a `wamkit sim record` recording), which `eval sim` renders
+        "sim_camera": recorded_sim_camera(dataset.root, cameras or dataset.camera_keys),
         "action_key": cfg.data.action_key,
         "action_dim": dataset.feature_dim(cfg.data.action_key),
         "state_key": state_key,
