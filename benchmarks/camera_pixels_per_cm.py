@@ -20,26 +20,28 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from wamkit.sim.base import parse_camera  # noqa: E402
 from wamkit.sim.envs import make_env  # noqa: E402
 
-CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper")
+CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper", "corner@2x")  # NAME@<zoom>x: `--camera corner@2x`
 
 
-def project(model, data, camera: int, point: np.ndarray, resolution: int) -> np.ndarray:
-    """Pixel coordinates of a world point in a square frame of `resolution` px (MuJoCo cameras look along -z)."""
+def project(model, data, camera: int, point: np.ndarray, resolution: int, zoom: float = 1.0) -> np.ndarray:
+    """Pixel coordinates of a world point in a square frame of `resolution` px (MuJoCo cameras look along -z);
+    a zoom scales the focal length, as `wamkit.sim.base.zoomed_fovy` narrows the field of view."""
     in_camera = data.cam_xmat[camera].reshape(3, 3).T @ (point - data.cam_xpos[camera])
-    focal = (resolution / 2) / np.tan(np.deg2rad(model.cam_fovy[camera]) / 2)
+    focal = zoom * (resolution / 2) / np.tan(np.deg2rad(model.cam_fovy[camera]) / 2)
     return focal * in_camera[:2] / -in_camera[2]
 
 
-def pixels_per_cm(model, data, camera: int, point: np.ndarray, resolution: int) -> list[float]:
+def pixels_per_cm(model, data, camera: int, point: np.ndarray, resolution: int, zoom: float = 1.0) -> list[float]:
     """Image motion (px) of a 1 cm move along world x, y, z from `point`."""
-    base = project(model, data, camera, point, resolution)
+    base = project(model, data, camera, point, resolution, zoom)
     moves = []
     for axis in range(3):
         moved = point.copy()
         moved[axis] += 0.01
-        moves.append(float(np.linalg.norm(project(model, data, camera, moved, resolution) - base)))
+        moves.append(float(np.linalg.norm(project(model, data, camera, moved, resolution, zoom) - base)))
     return moves
 
 
@@ -70,10 +72,11 @@ def main() -> None:
         model, data = env._env.model, env._env.data
         spread = "; ".join(" / ".join(f"{100 * np.ptp(p[:, a]):.1f}" for a in range(3)) for p in (objects, goals))
         for camera in CAMERAS:
-            camera_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            name, zoom = parse_camera(camera)
+            camera_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
             if camera_id < 0:
                 continue
-            cells = [" / ".join(f"{v:.2f}" for v in pixels_per_cm(model, data, camera_id, p.mean(0), args.resolution))
+            cells = [" / ".join(f"{v:.2f}" for v in pixels_per_cm(model, data, camera_id, p.mean(0), args.resolution, zoom))
                      for p in (objects, goals)]
             print(f"| {task} | {spread} | {camera} | {cells[0]} | {cells[1]} |")
             task, spread = "", ""

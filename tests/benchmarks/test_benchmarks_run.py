@@ -4,6 +4,8 @@ benchmarks/RESULTS.md from real runs, never asserted here)."""
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
 
 
@@ -66,8 +68,9 @@ def test_step_host_ops_prints_ops_a_sample_by_function():
 def test_camera_pixels_per_cm_prints_a_row_per_camera_and_the_corner_sees_x():
     out = _run("benchmarks/camera_pixels_per_cm.py", "--tasks", "button-press-topdown-v3", "--placements", "3")
     rows = [[c.strip() for c in l.strip("|").split("|")] for l in out.splitlines() if l.startswith("| ") and "---" not in l][1:]
-    assert [r[2] for r in rows] == ["corner", "corner2", "corner3", "topview", "behindGripper"]
+    assert [r[2] for r in rows] == ["corner", "corner2", "corner3", "topview", "behindGripper", "corner@2x"]
     corner_x = float(rows[0][3].split("/")[0])
     assert 0.2 < corner_x < 0.6  # a 1 cm move along x is about a third of a pixel at 64 px (RESULTS.md, twenty-third)
+    assert float(rows[5][3].split("/")[0]) == pytest.approx(2 * corner_x, abs=0.02)  # the zoom doubles it
     topview_z = float(rows[3][3].split("/")[2])
     assert topview_z < corner_x  # looking down, height barely moves the image
