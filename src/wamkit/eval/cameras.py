@@ -31,7 +31,7 @@ def eval_cameras(camera_keys: Sequence[str], camera: str | None = None, recorded
 
 def policy_cameras(policy, camera: str | None = None) -> str | None:
     """`eval_cameras` for a loaded policy (wamkit's or a LeRobot adapter: both carry camera_keys and a contract)."""
-    return eval_cameras(policy.camera_keys, camera, (getattr(policy, "contract", None) or {}).get("sim_camera"))
+    return eval_cameras(policy.camera_keys, camera, policy.contract.get("sim_camera"))
 
 
 def policy_observation(obs: Mapping, camera_keys: Sequence[str]) -> Mapping:

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from wamkit.data import LeRobotV3Dataset
 from wamkit.data.canvas import split_canvas
+from wamkit.serve.camera_size import contract_sizes
 from wamkit.worldmodel import metrics as M
 from wamkit.worldmodel.report import PSNR_CAP_DB, _fmt, _json_safe, _separator, write_mp4
 from wamkit.worldmodel.rollout import EpisodeData, WorldModel, WorldModelError, _seed_for, load_episode, rollout_episodes
@@ -142,10 +143,14 @@ def check_pair(policy, wm: WorldModel, label: str, frame_size: int) -> None:
     if trained is not None and trained != frame_size:
         raise WorldModelError(f"policy {label}: frame size", f"was trained on {trained} px frames, the world model "
                               f"generates {frame_size} px", "evaluate policies trained at the world model's frame size")
-    layout = (wm.contract.get("canvas") or {}).get("camera_layout", "side_by_side")
-    if len(wm.camera_keys) > 1 and layout != "side_by_side":
-        raise WorldModelError("world model: canvas", f"its {len(wm.camera_keys)} cameras are tiled {layout!r}, which "
-                              "cannot be split back into the views a policy takes", "train both with camera_layout = 'side_by_side'")
+    if len(wm.camera_keys) > 1:
+        layout = (wm.contract.get("canvas") or {}).get("camera_layout", "side_by_side")
+        if layout != "side_by_side":
+            raise WorldModelError("world model: canvas", f"its {len(wm.camera_keys)} cameras are tiled {layout!r}, which "
+                                  "cannot be split back into the views a policy takes", "train both with camera_layout = 'side_by_side'")
+        if contract_sizes(wm.contract, wm.camera_keys) is None:
+            raise WorldModelError("world model: camera_sizes", "its data contract does not record its cameras' sizes, which "
+                                  "splitting a canvas back into views needs", "re-train the world model with this wamkit version")
 
 
 def check_state(policy, wm: WorldModel, state: str, label: str) -> None:
@@ -192,7 +197,7 @@ def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_track: StateT
     video, step = [frames], 0
     while step < max_steps:
         states = policy_track.now() if policy_track is not None else [None] * len(eps)
-        obs = [{"image": policy_image(frames[i], ep, wm), "prompt": ep.task, "state": states[i]} for i, ep in enumerate(eps)]
+        obs = [{"image": policy_image(frames[i], wm), "prompt": ep.task, "state": states[i]} for i, ep in enumerate(eps)]
         chunks = policy.predict(obs, seed=_seed_for(seed, eps[0].episode, step, salt=13), num_steps=num_steps)
         actions = np.stack([c[:horizon] for c in chunks])
         for j in range(0, horizon, t_wm):
@@ -210,13 +215,13 @@ def imagine(policy, wm: WorldModel, eps: list[EpisodeData], policy_track: StateT
 
 
 # ---- scoring --------------------------------------------------------------------------------------
-def policy_image(canvas: torch.Tensor, ep: EpisodeData, wm: WorldModel):
-    """A generated canvas as the policy takes it: the frame itself for one camera, else the list of its views
-    (the policy tiles them again into the same canvas: wamkit.data.canvas.split_canvas)."""
-    if not ep.view_shapes:
+def policy_image(canvas: torch.Tensor, wm: WorldModel):
+    """A generated canvas as the policy takes it: the frame itself for one camera, else the list of its views at
+    the sizes its contract records (the policy tiles them again into the same canvas: wamkit.data.canvas.split_canvas)."""
+    if len(wm.camera_keys) == 1:
         return canvas.numpy()
     canvas_cfg = wm.contract.get("canvas") or {}
-    views = split_canvas(canvas, ep.view_shapes, canvas_cfg.get("camera_layout", "side_by_side"),
+    views = split_canvas(canvas, contract_sizes(wm.contract, wm.camera_keys), canvas_cfg.get("camera_layout", "side_by_side"),
                          int(canvas_cfg.get("resolution", 0)))
     return [np.ascontiguousarray(v.numpy()) for v in views]
 

@@ -159,16 +159,13 @@ class WorldModel(ContractModel):
 
 @dataclass
 class EpisodeData:
-    """One recorded episode in raw units: frames uint8 [L, H, V*W, 3] (cameras tiled along W as the contract's
-    canvas composes them); `view_shapes` the cameras' recorded (H, W) when there are several (to split a
-    generated canvas back into the views a policy takes)."""
+    """One recorded episode in raw units: frames uint8 [L, H, V*W, 3] (cameras tiled along W)."""
 
     episode: int
     frames: torch.Tensor
     actions: np.ndarray  # [L, action_dim]
     states: np.ndarray | None  # [L, state_dim]
     task: str
-    view_shapes: tuple[tuple[int, int], ...] = ()
 
 
 def load_episode(dataset: LeRobotV3Dataset, episode: int, contract: dict) -> EpisodeData:
@@ -183,8 +180,7 @@ def load_episode(dataset: LeRobotV3Dataset, episode: int, contract: dict) -> Epi
     cols = dataset.episode_columns(episode, keys)
     actions = cols[keys[0]].reshape(length, -1).astype(np.float64)
     states = cols[state_key].reshape(length, -1).astype(np.float64) if state_key else None
-    shapes = tuple(tuple(v.shape[1:3]) for v in views) if len(views) > 1 else ()
-    return EpisodeData(episode, frames, actions, states, dataset.episode_task(episode), shapes)
+    return EpisodeData(episode, frames, actions, states, dataset.episode_task(episode))
 
 
 class BundleEpisodes:
