@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="video pixel format: yuv444p (default) keeps the colour the simulator renders for evaluation; "
                             "yuv420p (LeRobot's default, plays in browsers) halves the colour resolution, which smears small "
                             "coloured cues at 64 px (a window-open policy: 10/30 trained on 4:2:0, 25/30 on 4:4:4)")
+    sim_record.add_argument("--expert-noise", type=float, default=0.0,
+                            help="execute the expert's actions with Gaussian noise of this scale times each action's half range "
+                            "and record its clean actions (DART): states off the expert's path labelled with its correction, "
+                            "e.g. 0.2; failed episodes are dropped as always")
 
     evaluate = sub.add_parser("eval", help="evaluate a policy")
     eval_sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")

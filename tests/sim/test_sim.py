@@ -349,3 +349,51 @@ def test_recording_with_workers_writes_the_same_dataset(tmp_path):
         np.testing.assert_array_equal(a.episode_columns(ep, ["action"])["action"], b.episode_columns(ep, ["action"])["action"])
         frames = [0, a.episode_length(ep) - 1]
         np.testing.assert_array_equal(a.decode_frames(ep, a.camera_keys[0], frames), b.decode_frames(ep, b.camera_keys[0], frames))
+
+
+class _LoggedEnv:
+    """An env whose expert actions and executed actions are logged: what DART recording asks and does."""
+
+    def __init__(self, env):
+        self.env, self.asked, self.executed = env, [], []
+        self.spec = env.spec
+
+    def reset(self, seed):
+        return self.env.reset(seed)
+
+    def expert_action(self):
+        self.asked.append(self.env.expert_action())
+        return self.asked[-1]
+
+    def step(self, action):
+        self.executed.append(np.array(action))
+        return self.env.step(action)
+
+
+def test_expert_noise_executes_perturbed_actions_and_records_the_experts(tmp_path):
+    """DART: the env is stepped with the noisy action, the dataset keeps the expert's own; the noise is drawn from
+    the episode seed (reproducible, the same in simulator workers) and the trajectory leaves the clean one."""
+    from wamkit.sim.expert import rollout_expert
+
+    with make_env(ENV, resolution=32) as env:
+        noisy = _LoggedEnv(env)
+        episode, _ = rollout_expert(noisy, 7, 40, post_success_steps=0, action_noise=0.3)
+        np.testing.assert_array_equal(episode.actions, np.stack(noisy.asked))
+        executed, (low, high) = np.stack(noisy.executed), env.spec.action_bounds
+        assert np.all(executed >= np.asarray(low)) and np.all(executed <= np.asarray(high))
+        offset = executed - episode.actions
+        assert 0.1 < np.abs(offset).mean() < 0.5, "noise of 0.3 of the half range [-1, 1]: mean |offset| ~0.24 before clipping"
+        again, _ = rollout_expert(env, 7, 40, post_success_steps=0, action_noise=0.3)
+        clean, _ = rollout_expert(env, 7, 40, post_success_steps=0)
+        np.testing.assert_array_equal(again.states, episode.states)
+        assert np.abs(clean.states[-1, :3] - episode.states[-1, :3]).max() > 1e-3
+        with pytest.raises(SimError, match="expert action noise"):
+            rollout_expert(env, 7, 5, action_noise=-0.1)
+    one = record(ENV, 2, tmp_path / "one", seed=0, resolution=32, expert_noise=0.2)
+    two = record(ENV, 2, tmp_path / "two", seed=0, resolution=32, expert_noise=0.2, workers=2)
+    assert json.loads((tmp_path / "two" / "meta" / "wamkit_recording.json").read_text())["expert_noise"] == 0.2
+    a, b = LeRobotV3Dataset(tmp_path / "one"), LeRobotV3Dataset(tmp_path / "two")
+    assert one.kept_lengths == two.kept_lengths
+    for ep in a.episode_indices:
+        np.testing.assert_array_equal(a.episode_columns(ep, ["observation.state"])["observation.state"],
+                                      b.episode_columns(ep, ["observation.state"])["observation.state"])

@@ -50,7 +50,8 @@ class RecordSummary:
 def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, resolution: int = 64, *,
            max_episode_steps: int | None = None, step_budgets: Sequence[int | None] | None = None,
            post_success_steps: int = 10, camera: str | None = None, episodes_per_file: int = 16,
-           action_repeat: int = 1, workers: int = 0, pix_fmt: str = "yuv444p", verbose: bool = False) -> RecordSummary:
+           action_repeat: int = 1, workers: int = 0, pix_fmt: str = "yuv444p", expert_noise: float = 0.0,
+           verbose: bool = False) -> RecordSummary:
     """Roll out the env's scripted expert `episodes` times and write the successful ones to `out_dir`.
 
     `env_name` may list several envs and suites separated by commas ('metaworld/mt10' is Meta-World's ten
@@ -62,7 +63,9 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     dataset runs at the env's fps / K (wamkit.sim.control_rate). `workers` W > 0 rolls the attempts out
     in W simulator processes (wamkit.sim.workers); the dataset is the same, episodes in the same order.
     `pix_fmt` is the video's: 'yuv444p' (default) keeps the full colour resolution the policy sees in closed loop;
-    'yuv420p', LeRobot's and every browser's, halves it (wamkit.data.writer.PIXEL_FORMATS says what that costs)."""
+    'yuv420p', LeRobot's and every browser's, halves it (wamkit.data.writer.PIXEL_FORMATS says what that costs).
+    `expert_noise` s > 0 executes the expert's actions with Gaussian noise of s times the action range's half and
+    records the expert's clean actions (wamkit.sim.expert.rollout_expert: DART's states off the expert's path)."""
     t0 = time.perf_counter()
     names = expand_env_names(env_name)
     specs = [get_spec(n) for n in names]
@@ -89,7 +92,8 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     dropped: list[int] = []
     kept_seeds: list[int] = []
     try:
-        args = (episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, action_repeat)
+        args = (episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera, action_repeat,
+                expert_noise)
         rollouts = _attempts_in_workers(names, workers, *args) if workers > 0 else (
             (index, *a) for index, name in enumerate(names) for a in _attempts(name, *args, verbose))
         for index, attempt, episode, success in rollouts:
@@ -116,14 +120,14 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
         total_frames=sum(kept_lengths), fps=fps, resolution=resolution,
         task="; ".join(s.task for s in specs), widened_channels=written["widened_channels"], seconds=time.perf_counter() - t0)
     provenance = {**asdict(summary), "seed": seed, "camera": camera or spec.camera, "post_success_steps": post_success_steps,
-                  "action_repeat": action_repeat, "pix_fmt": pix_fmt,
+                  "action_repeat": action_repeat, "pix_fmt": pix_fmt, "expert_noise": expert_noise,
                   "max_episode_steps": max_episode_steps or spec.max_episode_steps, "episode_seeds_kept": kept_seeds}
     (out_dir / RECORDING_META).write_text(json.dumps(provenance, indent=2))
     return summary
 
 
 def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps, camera,
-              action_repeat, verbose):
+              action_repeat, expert_noise, verbose):
     """Yield (attempt, episode, success) for `episodes` expert attempts in one env."""
     budgets = list(step_budgets or [])
     with make_env(env_name, resolution=resolution, camera=camera, max_episode_steps=max_episode_steps) as inner:
@@ -131,7 +135,7 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
         for attempt in range(episodes):
             budget = budgets[attempt] if attempt < len(budgets) and budgets[attempt] else env.max_episode_steps
             budget = min(int(budget), env.max_episode_steps)
-            episode, success = rollout_expert(env, episode_seed(seed, attempt), budget, post_success_steps)
+            episode, success = rollout_expert(env, episode_seed(seed, attempt), budget, post_success_steps, expert_noise)
             if verbose:
                 print(f"[wamkit sim] {env_name} attempt {attempt}: {'success' if success else 'FAILED (dropped)'} "
                       f"after {len(episode.states)} steps", flush=True)
@@ -139,14 +143,15 @@ def _attempts(env_name, episodes, seed, resolution, max_episode_steps, step_budg
 
 
 def _attempts_in_workers(names, workers, episodes, seed, resolution, max_episode_steps, step_budgets, post_success_steps,
-                         camera, action_repeat):
+                         camera, action_repeat, expert_noise):
     """Yield (env index, attempt, episode, success) for every env's attempts, rolled out in `workers` processes
     (one pool for all envs, so no core idles at a task boundary), in the serial order."""
     from wamkit.sim.workers import EnvSettings, EnvWorkers
 
     budgets = list(step_budgets or [])
     order = [(index, attempt) for index in range(len(names)) for attempt in range(episodes)]
-    jobs = [(names[i], episode_seed(seed, a), budgets[a] if a < len(budgets) else None, post_success_steps) for i, a in order]
+    jobs = [(names[i], episode_seed(seed, a), budgets[a] if a < len(budgets) else None, post_success_steps, expert_noise)
+            for i, a in order]
     with EnvWorkers(min(workers, len(jobs)), EnvSettings(resolution, camera, max_episode_steps, action_repeat)) as pool:
         for (index, attempt), (episode, success) in zip(order, pool.map_ordered("expert", jobs)):
             yield index, attempt, episode, success
@@ -156,6 +161,7 @@ def sim_record_main(args) -> int:
     """`wamkit sim record ENV --episodes N --out DIR [--seed S --resolution R --max-steps M]`."""
     summary = record(args.env, args.episodes, args.out, seed=args.seed, resolution=args.resolution, camera=getattr(args, "camera", None),
                      max_episode_steps=getattr(args, "max_steps", None), action_repeat=getattr(args, "action_repeat", 1),
-                     workers=getattr(args, "workers", 0), pix_fmt=getattr(args, "pix_fmt", "yuv444p"), verbose=True)
+                     workers=getattr(args, "workers", 0), pix_fmt=getattr(args, "pix_fmt", "yuv444p"),
+                     expert_noise=getattr(args, "expert_noise", 0.0), verbose=True)
     print(summary.format())
     return 0

@@ -39,11 +39,12 @@ def _env(envs: dict, name: str, settings: EnvSettings):
     return envs[name]
 
 
-def _expert(envs, settings, name: str, seed: int, budget: int | None, post_success_steps: int):
+def _expert(envs, settings, name: str, seed: int, budget: int | None, post_success_steps: int, action_noise: float = 0.0):
     from wamkit.sim.expert import rollout_expert
 
     env = _env(envs, name, settings)
-    return rollout_expert(env, seed, min(int(budget or env.max_episode_steps), env.max_episode_steps), post_success_steps)
+    return rollout_expert(env, seed, min(int(budget or env.max_episode_steps), env.max_episode_steps), post_success_steps,
+                          action_noise)
 
 
 def _reset(envs, settings, name: str, seed: int):
