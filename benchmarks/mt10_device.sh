@@ -113,7 +113,8 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
 # the world model on the same side-by-side canvas (the judge splits its imagined canvases back into the views).
 CAMERA=${CAMERA:-corner}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
-# a recording is named by its cameras, frame size, format: "corner" (the default), "corner,topview", "corner/128", "corner/64/yuv420p"
+# a recording is named by its cameras, frame size, format, expert noise: "corner" (the default), "corner,topview", "corner/128",
+# "corner/64/yuv420p", "corner@2x/64//0.2" (DART: recording_args)
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
@@ -133,9 +134,15 @@ pack_logs() { tar czf "$OUT/logs_phase$PHASE.tgz" -C "$LOG" . 2>/dev/null; }
 stamp() { pack_logs; echo "[mt10 +$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG/stages.log"; }
 wamkit() { $PY -m wamkit.cli "$@"; }
 
-recording_args() {  # CAMERAS[/PX[/PIX_FMT]] -> sim record's options (64 px and sim record's yuv444p unless given)
-  local cameras px fmt; IFS=/ read -r cameras px fmt <<< "$1"
-  echo --camera "$cameras" --resolution "${px:-64}" ${fmt:+--pix-fmt "$fmt"}
+recording_args() {  # CAMERAS[/PX[/PIX_FMT[/NOISE]]] -> sim record's options (64 px, sim record's yuv444p, no noise unless given)
+  # NOISE: the expert's actions executed with that share of the action range as Gaussian noise, its clean ones
+  # recorded (DART, `sim record --expert-noise`), e.g. corner/64//0.2
+  local cameras px fmt noise; IFS=/ read -r cameras px fmt noise <<< "$1"
+  echo --camera "$cameras" --resolution "${px:-64}" ${fmt:+--pix-fmt "$fmt"} ${noise:+--expert-noise "$noise"}
+}
+
+held_spec() {  # CAMERAS[/PX[/PIX_FMT[/NOISE]]] -> the same recording without the expert noise: open loop scores the expert's own states
+  local cameras px fmt; IFS=/ read -r cameras px fmt _ <<< "$1"; echo "$cameras/${px:-64}/$fmt"
 }
 
 record() {  # [CAMERAS[/PX[/PIX_FMT]]]: records into data_dir of it once (default: $CAMERA)
@@ -170,14 +177,14 @@ trained() {  # job: after its training, keep its metrics.jsonl (samples_per_s, l
 record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the recording, seed 0, nor the closed loops, 1000, use)
   [ "$OPEN_LOOP_EPS" -gt 0 ] && [ ! -f "$HELD/meta/info.json" ] || return 0
   # shellcheck disable=SC2046 # recording_args' words are separate options
-  wamkit sim record "$ENVS" --episodes "$OPEN_LOOP_EPS" --workers "$W" --out "$HELD" --seed 500 $(recording_args "$CAMERA") \
+  wamkit sim record "$ENVS" --episodes "$OPEN_LOOP_EPS" --workers "$W" --out "$HELD" --seed 500 $(recording_args "$(held_spec "$CAMERA")") \
     > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
 }
 
 held_covers() {  # CAMERAS[/PX[/PIX_FMT]]: whether the held-out recording ($CAMERA's) shows a policy of that recording
   # its own views (open loop reads a policy's cameras from a recording that holds more): same frame size and format
   local cams px fmt held_cams held_px held_fmt cam
-  IFS=/ read -r cams px fmt <<< "$1"; IFS=/ read -r held_cams held_px held_fmt <<< "$CAMERA"
+  IFS=/ read -r cams px fmt _ <<< "$1"; IFS=/ read -r held_cams held_px held_fmt _ <<< "$CAMERA"
   [ "${px:-64}/$fmt" = "${held_px:-64}/$held_fmt" ] || return 1
   for cam in ${cams//,/ }; do [[ ",$held_cams," == *",$cam,"* ]] || return 1; done
 }

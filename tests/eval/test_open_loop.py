@@ -118,3 +118,22 @@ def test_a_policy_of_two_cameras_is_shown_both_recorded_views_in_its_camera_orde
     replay.camera_keys = keys
     predicted, recorded = OL.open_loop_episode(replay, ep, every=8, horizon=8, seed=0)
     assert np.array_equal(predicted, recorded) and len(recorded) == 8 * len(OL.episode_windows(ep, 8, 8)) > 0
+
+
+def test_a_one_camera_policy_is_shown_its_camera_from_a_recording_of_several(tmp_path):
+    """A one-camera recording keys its view `observation.images.front`; a recording of several keys each view after
+    its simulator camera. The policy's contract names its camera (`sim_camera`), so a held-out recording of
+    `corner,corner@2x` shows a `corner@2x` policy the zoomed view, and a camera it lacks is refused by name."""
+    from wamkit.sim import record
+
+    record("metaworld/reach-v3", 1, tmp_path / "two", resolution=32, camera="corner,corner@2x")
+    ds = LeRobotV3Dataset(tmp_path / "two")
+    contract = {"action_key": "action", "state_key": "observation.state", "sim_camera": "corner@2x"}
+    policy = SimpleNamespace(contract=contract, use_state=False, camera_keys=("observation.images.front",))
+    ep = OL.load_recorded(ds, 0, policy)
+    zoomed = ds.decode_frames(0, "observation.images.corner@2x", np.arange(len(ep.actions)))
+    assert np.array_equal(ep.views[0], zoomed)
+    assert not np.array_equal(ep.views[0], ds.decode_frames(0, "observation.images.corner", np.arange(len(ep.actions))))
+    policy.contract = {**contract, "sim_camera": "topview"}
+    with pytest.raises(Exception, match="observation.images.front"):
+        OL.load_recorded(ds, 0, policy)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wamkit.data.writer import camera_key
 from wamkit.errors import WamkitError
 from wamkit.eval.expert_agreement import agreement, percent
 
@@ -43,9 +44,20 @@ def load_recorded(dataset, episode: int, policy) -> RecordedEpisode:
     keys = [action_key] + ([policy.contract["state_key"]] if policy.use_state else [])
     cols = dataset.episode_columns(episode, keys)
     rows = {k: cols[k].reshape(length, -1).astype(np.float64) for k in keys}
-    views = [dataset.decode_frames(episode, camera, np.arange(length)) for camera in policy.camera_keys]
+    views = [dataset.decode_frames(episode, camera, np.arange(length)) for camera in recorded_camera_keys(policy, dataset)]
     return RecordedEpisode(episode, views, rows[action_key], rows[keys[-1]] if policy.use_state else None,
                            dataset.episode_task(episode))
+
+
+def recorded_camera_keys(policy, dataset) -> list[str]:
+    """The dataset's keys of the policy's cameras. A one-camera recording keys its view after no camera
+    (`observation.images.front`); in a recording of several cameras the same view is keyed after its simulator
+    camera, which the policy's contract keeps (`sim_camera`, e.g. `corner@2x`): such a recording shows every
+    one-camera policy of its cameras, as `eval sim` renders them."""
+    keys, sim_camera = list(policy.camera_keys), policy.contract.get("sim_camera")
+    if len(keys) == 1 and keys[0] not in dataset.features and sim_camera and camera_key(sim_camera) in dataset.features:
+        return [camera_key(sim_camera)]
+    return keys
 
 
 def episode_windows(ep, every: int, horizon: int) -> list[int]:
