@@ -389,6 +389,9 @@ def test_expert_noise_executes_perturbed_actions_and_records_the_experts(tmp_pat
         assert np.abs(clean.states[-1, :3] - episode.states[-1, :3]).max() > 1e-3
         with pytest.raises(SimError, match="expert action noise"):
             rollout_expert(env, 7, 5, action_noise=-0.1)
+    with pytest.raises(SimError, match="expert action noise"):
+        record(ENV, 1, tmp_path / "bad", expert_noise=float("nan"), workers=2)
+    assert not (tmp_path / "bad").exists()
     one = record(ENV, 2, tmp_path / "one", seed=0, resolution=32, expert_noise=0.2)
     two = record(ENV, 2, tmp_path / "two", seed=0, resolution=32, expert_noise=0.2, workers=2)
     assert json.loads((tmp_path / "two" / "meta" / "wamkit_recording.json").read_text())["expert_noise"] == 0.2

@@ -45,10 +45,14 @@ def rollout_expert(env, seed: int, max_steps: int, post_success_steps: int = 10,
     return episode, success
 
 
+def check_action_noise(scale: float) -> None:
+    if not scale >= 0:  # NaN too
+        raise SimError("record: expert action noise", f"is {scale}", "give a scale >= 0 (0 records the expert as it is)")
+
+
 def _action_perturbation(bounds, scale: float, seed: int):
     """The executed action for an expert action: itself at scale 0, else the DART perturbation above."""
-    if not scale >= 0:
-        raise SimError("record: expert action noise", f"is {scale}", "give a scale >= 0 (0 records the expert as it is)")
+    check_action_noise(scale)
     if scale == 0:
         return lambda action: action
     low, high = (np.asarray(b, dtype=np.float64) for b in bounds)

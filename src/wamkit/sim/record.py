@@ -20,7 +20,7 @@ from wamkit.sim.control_rate import at_control_rate
 from wamkit.sim.base import SimError
 from wamkit.sim.envs import expand_env_names, get_spec, make_env
 from wamkit.data.writer import DEFAULT_CAMERA_KEY, RECORDING_META, LeRobotWriter
-from wamkit.sim.expert import episode_seed, rollout_expert  # noqa: F401 - re-exported
+from wamkit.sim.expert import check_action_noise, episode_seed, rollout_expert  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -79,6 +79,7 @@ def record(env_name: str, episodes: int, out_dir: str | Path, seed: int = 0, res
     if resolution % 16:
         raise SimError("record: resolution", f"{resolution} is not a multiple of 16",
                        "use 64 or 96 so the frames tile into the tokenizer's patches")
+    check_action_noise(expert_noise)  # before anything is written
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise DataError(str(out_dir), "already exists and is not an empty directory",
