@@ -37,7 +37,7 @@
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
 # PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, the conv stem with frame positions, twice its batch (512),
-# validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT]]:..." trains a variant on a recording of other cameras, frame size or pixel format)
+# validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT[/NOISE]]]:..." trains a variant on a recording of other cameras, frame size, pixel format or expert noise)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
@@ -148,7 +148,7 @@ held_spec() {  # CAMERAS[/PX[/PIX_FMT[/NOISE]]] -> the same recording without th
   local cameras px fmt; IFS=/ read -r cameras px fmt _ <<< "$1"; echo "$cameras/${px:-64}/$fmt"
 }
 
-record() {  # [CAMERAS[/PX[/PIX_FMT]]]: records into data_dir of it once (default: $CAMERA)
+record() {  # [CAMERAS[/PX[/PIX_FMT[/NOISE]]]]: records into data_dir of it once (default: $CAMERA)
   local rec=${1:-$CAMERA} data log; data=$(data_dir "$rec"); log=$LOG/record_$(basename "$data").log
   [ -f "$data/meta/info.json" ] && return
   stamp "record $ENVS x $EPS ($W workers, $(recording_args "$rec"))"
@@ -184,8 +184,8 @@ record_held() {  # OPEN_LOOP_EPS a task at seed 500 (placements neither the reco
     > "$LOG/record_held.log" 2>&1 || { tail -5 "$LOG/record_held.log"; rm -rf "$HELD"; }
 }
 
-held_covers() {  # CAMERAS[/PX[/PIX_FMT]]: whether the held-out recording ($CAMERA's) shows a policy of that recording
-  # its own views (open loop reads a policy's cameras from a recording that holds more): same frame size and format
+held_covers() {  # CAMERAS[/PX[/PIX_FMT[/NOISE]]]: whether the held-out recording ($CAMERA's) shows a policy of that recording
+  # its own views (open loop reads a policy's cameras from a recording that holds more): same frame size and format (its expert noise aside: held-out recordings are clean)
   local cams px fmt held_cams held_px held_fmt cam
   IFS=/ read -r cams px fmt _ <<< "$1"; IFS=/ read -r held_cams held_px held_fmt _ <<< "$CAMERA"
   [ "${px:-64}/$fmt" = "${held_px:-64}/$held_fmt" ] || return 1
@@ -330,7 +330,7 @@ phase2() {
 }
 
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
-  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT]]"
+  # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT[/NOISE]]]"
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default, all on the recording of $CAMERA (4:4:4 by default), each also in the held-out expert states (open loop):
