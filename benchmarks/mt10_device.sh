@@ -36,7 +36,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, the conv stem with frame positions, twice its batch (512),
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, its 4x finer token grid (H200 only), twice its batch (512),
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT[/NOISE]]]:..." trains a variant on a recording of other cameras, frame size, pixel format or expert noise)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
@@ -111,13 +111,14 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-recorded affine}"
 # 4:2:0 chroma smears the small coloured cues the policies must see), e.g. CAMERA=corner,topview (one
 # view cannot place reach/push/pick-place's goal marker in depth); every method trains and is evaluated on all of them,
 # the world model on the same side-by-side canvas (the judge splits its imagined canvases back into the views).
-# Default since the twenty-fifth session: the corner camera zoomed 2x (twice the pixels per cm, every MT10 object in
-# view) and DART demonstrations (expert noise 0.2): wamkit 0.572 at 50 a task on it against 0.520 on the plain corner
-# (different GPUs; sweep side by side 0.45 / 0.44 zoomed / 0.405 plain at 20 a task). CAMERA=corner is the older setup.
-CAMERA=${CAMERA:-corner@2x/64//0.2}
+# Default since the twenty-sixth session: the corner camera zoomed 2x (twice the pixels per cm, every MT10 object in
+# view), clean demonstrations: side by side at 20 a task the zoom scored 0.55 clean against 0.50 with DART (expert
+# noise 0.2, CAMERA=corner@2x/64//0.2, the twenty-fifth's default); with the recipe's conv stem and frame positions
+# it reached 0.590 at 50 a task against ACT 0.710 and DP 0.706. CAMERA=corner is the older, unzoomed setup.
+CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",
-# "corner/64/yuv420p", "corner@2x/64//0.2" (the default; DART: recording_args)
+# "corner/64/yuv420p", "corner@2x" (the default), "corner@2x/64//0.2" (DART: recording_args)
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
@@ -334,13 +335,15 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default, all on the recording of $CAMERA (4:4:4 by default), each also in the held-out expert states (open loop):
-  # the recipe; the conv stem with Fourier frame positions (sf: they made a tiny button-press policy read the button's
-  # x, 58% -> 95-97% followed, and the twenty-third session's MT10 policy follows x only 38-71% on the four tasks it
-  # fails); twice the samples a step (b2x: 1,500 x 32 did what 3,000 x 16 did on the CPU window-open testbed, and
-  # the twenty-third session's closed-loop curve still rose at the end of its box). Chunk 8 (twenty-second session's
-  # other lever): "c8:$val --set data.chunk_length=8"
+  # the recipe (with its conv stem and Fourier frame positions since the twenty-sixth session); the 4x finer token
+  # grid (g16, 16x16 tokens of 4x4 px a frame: the tasks wamkit still fails, push, reach, pick-place, peg-insert,
+  # need the puck's or the goal's place to a few pixels; it beat the plain recipe 0.43 to 0.38 side by side in the
+  # seventeenth session; ~51 GiB alone, so the three together need an H200: on an H100 give VARIANTS without it);
+  # twice the samples a step (b2x: 1,500 x 32 did what 3,000 x 16 did on the CPU window-open testbed). Chunk 8
+  # (twenty-second session's other lever): "c8:$val --set data.chunk_length=8"; the recipe without the stem and
+  # frame positions: "plain:$val --set model.vision_stem=none --set model.frame_positions=none"
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;sf:$val --set model.vision_stem=conv --set model.frame_positions=fourier;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ))"}
+  local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ))"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
