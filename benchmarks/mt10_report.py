@@ -5,7 +5,8 @@
 Each DIR holds the phase's mt10_phase<N>.tgz (a call's files_at) or its unpacked tree. Writes
 <out>/table.md (per task and average: successes/episodes, rate, 95% Wilson interval, for wamkit, ACT and
 DP), <out>/success_vs_step.png (wamkit's checkpoints with intervals, ACT and DP as lines) and
-<out>/summary.json, then prints the RESULTS lines, every number read from the results files:
+<out>/summary.json, then prints the RESULTS lines, every number read from the results files (and, where the
+evaluations kept it, each method's best shaped reward averaged over tasks: graded where success is not):
 
     mt10_wamkit=<x> mt10_act=<y> mt10_dp=<z>
     wm_rank_spearman=<r> n=<k> p=<p>
@@ -57,6 +58,23 @@ def policy_quality_counts(results: dict) -> dict[str, tuple[int, int]]:
     if not rows:
         raise SystemExit(f"policy_quality results hold no finished row: {[r['status'] for r in results['rows']]}")
     return {env: (int(k), int(n)) for env, (k, n) in rows[0]["extra"]["per_task"].items()}
+
+
+def suite_rewards(results: dict) -> dict[str, float | None]:
+    """{env: mean best shaped reward} of a `wamkit eval sim` results.json (None where the run predates it)."""
+    tasks = results.get("tasks", [results])
+    return {t["env_name"]: t.get("mean_best_reward") for t in tasks}
+
+
+def policy_quality_rewards(results: dict) -> dict[str, float | None]:
+    return dict(results["rows"][0]["extra"].get("per_task_best_reward", {}))
+
+
+def reward_average(rewards: dict[str, float | None], envs: list[str]) -> float | None:
+    """The mean over tasks of each task's mean best reward, where every task has one (a graded companion of success:
+    Meta-World's shaped reward, 0-10, how close failures came)."""
+    values = [rewards.get(env) for env in envs]
+    return None if not values or None in values else sum(values) / len(values)
 
 
 def average(counts: dict[str, tuple[int, int]]) -> dict:
@@ -163,10 +181,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     one, two = unpacked(args.phase1), unpacked(args.phase2)
     points = curve_points(one / "eval/curve")
-    per_method, notes = {}, []
+    per_method, rewards, notes = {}, {}, []
     final = one / "eval/final/results.json"
     if final.is_file():
         per_method["wamkit"] = suite_counts(json.loads(final.read_text()))
+        rewards["wamkit"] = suite_rewards(json.loads(final.read_text()))
     elif points:  # the call was cut before the final evaluation: the curve's last checkpoint stands in
         last = max(points, key=lambda point: point["step"])
         per_method["wamkit"] = suite_counts(json.loads((one / f"eval/curve/{last['dir']}/results.json").read_text()))
@@ -175,11 +194,14 @@ def main(argv=None) -> int:
         path = two / f"eval/{name}/results.json"
         if path.is_file():
             per_method[method] = policy_quality_counts(json.loads(path.read_text()))
+            rewards[method] = policy_quality_rewards(json.loads(path.read_text()))
         else:
             notes.append(f"{method}: no results ({path} is missing)")
     if not per_method:
         raise SystemExit(f"nothing to report: neither {final} nor a curve nor phase 2's results are there")
     averages = {m: average(c) for m, c in per_method.items()}
+    for m, c in per_method.items():
+        averages[m]["best_reward"] = reward_average(rewards.get(m, {}), list(c))
     # the headline ranking is PHASE=2's merge (wamkit's checkpoints, ACT and DP) when it came back, else PHASE=1's
     checkpoints_only = judge_summary(one / "eval/judge/report.json")
     merged = judge_summary(two / "eval" / args.judge / "report.json")
@@ -195,6 +217,9 @@ def main(argv=None) -> int:
     for note in notes:
         print(f"note: {note}")
     print(" ".join(f"mt10_{m}={averages[m]['rate']:.3f}" if m in averages else f"mt10_{m}=unmeasured" for m in ("wamkit", "act", "dp")))
+    graded = {m: a["best_reward"] for m, a in averages.items() if a["best_reward"] is not None}
+    if graded:
+        print("best shaped reward, mean over tasks (0-10): " + ", ".join(f"{m} {r:.2f}" for m, r in graded.items()))
     if judge is None:
         print("wm_rank_spearman: no judge report in phase 1")
     else:

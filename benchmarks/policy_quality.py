@@ -547,8 +547,9 @@ def main(argv=None) -> int:
             row.successes, row.episodes, row.success_rate = result.successes, result.episodes, result.success_rate
             row.ci95, row.mean_episode_length = list(result.ci95), result.mean_episode_length
             row.status = "ok"
-            row.extra = {"eval_dir": result.out_dir, "per_task": {t.env_name: [t.successes, t.episodes]
-                                                                   for t in getattr(result, "tasks", [result])}}
+            tasks = getattr(result, "tasks", [result])
+            row.extra = {"eval_dir": result.out_dir, "per_task": {t.env_name: [t.successes, t.episodes] for t in tasks},
+                         "per_task_best_reward": {t.env_name: t.mean_best_reward for t in tasks}}
             print(f"[policy_quality] {LABELS[row.method]}: success {result.successes}/{result.episodes}, trained in "
                   f"{row.train_wall_s:.1f} s, evaluated in {row.eval_wall_s:.1f} s", flush=True)
             if args.judge_world_model and row.method != "wamkit":  # wamkit's checkpoints are judged by the CLI

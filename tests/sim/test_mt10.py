@@ -150,6 +150,10 @@ def test_batched_closed_loop_evaluates_every_task_on_the_serial_seeds(run_dir, t
     for b, s in zip(batched.tasks, serial.tasks):
         assert b.episodes == 2 and [e.seed for e in b.per_episode] == [e.seed for e in s.per_episode]
         assert all(e.length <= 8 for e in b.per_episode)
+        for task in (b, s):  # both paths keep each episode's best shaped reward (Meta-World's: 0-10)
+            assert all(0.0 <= e.best_reward <= 10.0 for e in task.per_episode)
+            assert task.mean_best_reward == pytest.approx(np.mean([e.best_reward for e in task.per_episode]))
+    assert batched.mean_best_reward == pytest.approx(np.mean([t.mean_best_reward for t in batched.tasks]))
     assert (tmp_path / "b" / "results.json").is_file() and batched.ci95 == wilson_interval(batched.successes, 4)
     timing = batched.tasks[0].timing  # where the wall time went: the policy's batched predicts vs the simulators
     assert timing["rounds"] >= 2 and 1 <= timing["mean_batch"] <= 2 and timing["policy_s"] > 0 and timing["env_s"] > 0

@@ -184,15 +184,17 @@ def test_a_chunk_executed_blind_ends_in_the_observation_of_stepping_with_eyes_op
 
     with make_env(ENV, resolution=64) as env:
         env.reset(7)
-        chunk = []
+        chunk, rewards = [], []
         for _ in range(8):
             chunk.append(env.expert_action())
-            seen = env.step(chunk[-1]).obs
+            result = env.step(chunk[-1])
+            seen = result.obs
+            rewards.append(result.reward)
     envs, settings = {}, EnvSettings(resolution=64)
     worker_env = _env(envs, ENV, settings)  # the env a worker process keeps for this task
     worker_env.reset(7)
-    obs, taken, success, done, asked = _act(envs, settings, ENV, chunk, steps_left=100, expert=True)
-    assert taken == 8 and not done
+    obs, taken, success, done, asked, best = _act(envs, settings, ENV, chunk, steps_left=100, expert=True)
+    assert taken == 8 and not done and best == max(rewards)  # the chunk's best shaped reward, as stepped
     # the expert asked in each state the chunk acted in: the chunk itself, as the chunk is the expert's own
     np.testing.assert_allclose(np.stack(asked), np.stack(chunk), atol=1e-6)
     np.testing.assert_array_equal(obs["image"], seen["image"])

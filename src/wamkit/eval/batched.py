@@ -20,6 +20,7 @@ import numpy as np
 
 from wamkit.eval.cameras import policy_cameras, policy_observation
 from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize, trace_agreement
+from wamkit.sim.base import higher_reward
 
 
 @dataclass
@@ -34,6 +35,7 @@ class _Live:
     length: int = 0
     replans: int = 0
     success: bool = False
+    best_reward: float | None = None
     executed: list = field(default_factory=list)  # with expert_trace: the actions taken ...
     expert: list = field(default_factory=list)  # ... and the scripted expert's in the same states
 
@@ -162,13 +164,14 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
             pool.send(w, "act", ep.spec.name, chunk[:horizon], ep.budget - ep.length, traces is not None)
         for w, chunk in zip(workers, chunks):
             ep = live[w]
-            ep.obs, taken, success, finished, asked = pool.receive(w)
+            ep.obs, taken, success, finished, asked, best = pool.receive(w)
             if traces is not None:
                 ep.executed += [np.asarray(a, np.float64) for a in chunk[:taken]]
                 ep.expert += [np.asarray(a, np.float64) for a in asked]
-            ep.length, ep.success = ep.length + taken, ep.success or success
+            ep.length, ep.success, ep.best_reward = ep.length + taken, ep.success or success, higher_reward(ep.best_reward, best)
             if finished:
-                done[ep.spec.name].append(EpisodeResult(ep.index, ep.seed, ep.success, ep.length, ep.replans, ticks=ep.length))
+                done[ep.spec.name].append(EpisodeResult(ep.index, ep.seed, ep.success, ep.length, ep.replans, ticks=ep.length,
+                                                        best_reward=ep.best_reward))
                 if traces is not None:
                     traces[ep.spec.name][ep.index] = (ep.executed, ep.expert)
                 del live[w]

@@ -17,6 +17,7 @@ import numpy as np
 
 from wamkit.client.buffer import ChunkBuffer
 from wamkit.eval.cameras import policy_observation
+from wamkit.sim.base import higher_reward
 
 MODES = ("sync", "naive", "rtc")
 
@@ -27,6 +28,7 @@ class Rollout:
     length: int = 0  # env steps
     ticks: int = 0  # control ticks, pauses included
     replans: int = 0
+    best_reward: float | None = None  # the sim's highest dense reward in the episode (StepResult.reward)
     frames: list = field(default_factory=list)
     seam_changes: list[float] = field(default_factory=list)  # |a_first_new - a_last_old|^2 per seam
     step_changes: list[float] = field(default_factory=list)  # |a_t - a_{t-1}|^2 per executed step
@@ -82,7 +84,7 @@ def run_episode(policy, env, obs: dict, *, mode: str, delay: int, horizon: int, 
         result = env.step(action)
         obs, out.length, out.ticks = result.obs, out.length + 1, out.ticks + 1
         out.frames.append(obs["image"])
-        out.success = out.success or result.success
+        out.success, out.best_reward = out.success or result.success, higher_reward(out.best_reward, result.reward)
         if result.done:
             break
     return out

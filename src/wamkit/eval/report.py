@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Sequence
 
 
-
 def _sampler(result) -> str:
     """The sampler a result was measured with: its denoising steps, and the noise scale when not the trained one."""
     from wamkit.policy.policy import sampler_text
@@ -19,6 +18,19 @@ def _sampler(result) -> str:
 
 def _fmt_len(x) -> str:
     return "-" if x is None else f"{x:.1f}"
+
+
+REWARD_NOTE = ("Best reward: each episode's highest dense reward from the simulator (Meta-World's shaped reward, 0-10; "
+               "its value at success differs by task), averaged over the episodes: graded where success is not, so it "
+               "compares policies on the same task, not tasks with each other.")
+
+
+def _reward_line(result) -> list[str]:
+    """The report's best-reward line, where the sim gives a dense reward."""
+    if getattr(result, "mean_best_reward", None) is None:
+        return []
+    return [f"- best reward: {result.mean_best_reward:.2f} ± {result.best_reward_se:.2f} (s.e.), the mean over episodes of "
+            f"each one's highest dense reward (Meta-World's shaped reward, 0-10): how close failures came"]
 
 
 def write_report(result, out_dir: str | Path) -> Path:
@@ -36,6 +48,7 @@ def write_report(result, out_dir: str | Path) -> Path:
         f"(95% Wilson interval {result.ci95[0]:.3f} – {result.ci95[1]:.3f})",
         f"- mean episode length: {result.mean_episode_length:.1f} steps (successful episodes: "
         f"{_fmt_len(result.mean_success_length)}); budget {result.max_episode_steps} steps",
+        *_reward_line(result),
         f"- re-planning: chunks of {result.chunk_length}, executing {result.execute_horizon} actions open-loop; "
         f"{_sampler(result)} per chunk",
         f"- frames {result.resolution}x{result.resolution} px; episode seeds from seed {result.seed}; "
@@ -176,16 +189,20 @@ def write_suite_report(suite, out_dir: str | Path) -> Path:
         f"- episode seeds from seed {first.seed} in every task; chunks of {first.chunk_length}, executing "
         f"{first.execute_horizon} open-loop; {_sampler(first)}; {first.resolution}x{first.resolution} px; "
         f"{suite.seconds:.1f} s wall", "",
-        "| task | success | 95% CI | mean length | success video | failure video | report |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| task | success | 95% CI | best reward | mean length | success video | failure video | report |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in suite.tasks:
         sub = Path(r.out_dir).name
+        reward = "-" if r.mean_best_reward is None else f"{r.mean_best_reward:.2f} ± {r.best_reward_se:.2f}"
         lines.append(f"| {r.env_name} | {r.successes}/{r.episodes} = {r.success_rate:.3f} | {r.ci95[0]:.3f} – "
-                     f"{r.ci95[1]:.3f} | {r.mean_episode_length:.1f} | {_video_link(r, True)} | "
+                     f"{r.ci95[1]:.3f} | {reward} | {r.mean_episode_length:.1f} | {_video_link(r, True)} | "
                      f"{_video_link(r, False)} | [{sub}/report.md]({sub}/report.md) |")
+    reward = "-" if suite.mean_best_reward is None else f"{suite.mean_best_reward:.2f}"
     lines.append(f"| **average** | {suite.successes}/{suite.episodes} = {suite.success_rate:.3f} | {lo:.3f} – {hi:.3f} | "
-                 f"{suite.mean_episode_length:.1f} | | | |")
+                 f"{reward} | {suite.mean_episode_length:.1f} | | | |")
+    if suite.mean_best_reward is not None:
+        lines += ["", REWARD_NOTE]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -51,6 +52,7 @@ class EpisodeResult:
     video: str | None = None
     ticks: int | None = None  # control ticks, pauses for inference included
     seam_jerk: float | None = None  # mean |a_first_new - a_last_old|^2 over the episode's chunk seams
+    best_reward: float | None = None  # the sim's highest dense reward in the episode (StepResult.reward), None without one
 
 
 @dataclass
@@ -82,6 +84,10 @@ class EvalResult:
     timing: dict | None = None  # batched evaluation only: policy / simulator seconds (wamkit.eval.batched.Timing)
     noise_scale: float = 1.0  # the sampler's starting noise scale (wamkit.policy.load_policy)
     expert_agreement: dict | None = None  # --expert-trace: the policy's actions against the expert's (eval.expert_agreement)
+    # the episodes' mean best dense reward and its standard error (EpisodeResult.best_reward; Meta-World: 0-10): how
+    # close failures came, so policies of equal success (or variants at few episodes) still separate; None without one
+    mean_best_reward: float | None = None
+    best_reward_se: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -204,7 +210,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
                 video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
                 encode_video(out / video, np.stack(frames), int(round(env.spec.fps)), "libx264")
             per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video, rollout.ticks,
-                                             _mean(rollout.seam_changes)))
+                                             _mean(rollout.seam_changes), rollout.best_reward))
             if verbose:
                 print(f"[wamkit eval] {env_name} episode {i}: {'success' if success else 'failure'} in {length} steps "
                       f"({replans} chunks)", flush=True)
@@ -237,6 +243,8 @@ def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, b
     ok_lengths = [e.length for e in per_episode if e.success]
     source = dict(policy.loaded.source)
     step = source.get("step")
+    rewards = [e.best_reward for e in per_episode]
+    mean_reward, reward_se = (None, None) if None in rewards else mean_and_se(rewards)
     return EvalResult(
         env_name=spec.name, task=spec.task, episodes=episodes, successes=successes, success_rate=successes / episodes,
         ci95=wilson_interval(successes, episodes), mean_episode_length=float(np.mean(lengths)),
@@ -244,7 +252,14 @@ def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, b
         chunk_length=policy.chunk_length, max_episode_steps=budget, resolution=resolution, seed=seed,
         num_steps=num_steps, policy_source=source, training_step=int(step) if step is not None and int(step) >= 0 else None,
         seconds=seconds, per_episode=per_episode, out_dir=str(out_dir) if out_dir is not None else None,
-        noise_scale=float(getattr(policy, "noise_scale", 1.0)), **realtime)
+        noise_scale=float(getattr(policy, "noise_scale", 1.0)), mean_best_reward=mean_reward, best_reward_se=reward_se,
+        **realtime)
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and its standard error (0 for a single value)."""
+    x = np.asarray(values, np.float64)
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
 
 
 def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], out_dir: str | Path,

@@ -32,11 +32,14 @@ class SuiteResult:
     training_step: int | None
     seconds: float
     out_dir: str | None = None
+    mean_best_reward: float | None = None  # the average of the tasks' mean best dense rewards (None if one has none)
 
     def to_json(self) -> dict:
         return {"env_names": [t.env_name for t in self.tasks], "episodes": self.episodes, "successes": self.successes,
                 "success_rate": self.success_rate, "ci95": list(self.ci95),
                 "per_task_success": {t.env_name: t.success_rate for t in self.tasks},
+                "mean_best_reward": self.mean_best_reward,
+                "per_task_best_reward": {t.env_name: t.mean_best_reward for t in self.tasks},
                 "mean_episode_length": self.mean_episode_length, "training_step": self.training_step,
                 "seconds": self.seconds, "out_dir": self.out_dir, "tasks": [t.to_json() for t in self.tasks]}
 
@@ -62,10 +65,12 @@ def evaluate_suite(policy, env_names: Sequence[str], episodes: int, seed: int = 
 def suite_of(tasks: list[EvalResult], seconds: float, out: Path | None) -> SuiteResult:
     """The suite's average, pooled interval and report (out/report.md) from its tasks' results."""
     successes, total = sum(t.successes for t in tasks), sum(t.episodes for t in tasks)
+    rewards = [t.mean_best_reward for t in tasks]
     suite = SuiteResult(tasks=tasks, episodes=total, successes=successes,
                         success_rate=float(np.mean([t.success_rate for t in tasks])), ci95=wilson_interval(successes, total),
                         mean_episode_length=float(np.mean([t.mean_episode_length for t in tasks])),
-                        training_step=tasks[0].training_step, seconds=seconds, out_dir=str(out) if out else None)
+                        training_step=tasks[0].training_step, seconds=seconds, out_dir=str(out) if out else None,
+                        mean_best_reward=None if None in rewards else float(np.mean(rewards)))
     if out is not None:
         write_suite_report(suite, out)
     return suite
@@ -158,8 +163,9 @@ def _pool(run_dir, names, workers: int, kwargs):
 def _summary_line(result) -> str:
     lo, hi = result.ci95
     name = result.env_name if isinstance(result, EvalResult) else f"average of {len(result.tasks)} tasks"
+    reward = "" if result.mean_best_reward is None else f", best reward {result.mean_best_reward:.2f} (mean over episodes)"
     return (f"{name}: success {result.successes}/{result.episodes} = {result.success_rate:.2f} (95% CI {lo:.2f}-{hi:.2f}), "
-            f"mean length {result.mean_episode_length:.1f} steps")
+            f"mean length {result.mean_episode_length:.1f} steps{reward}")
 
 
 def eval_sim_main(args) -> int:

@@ -67,6 +67,14 @@ class StepResult:
     success: bool
     done: bool  # success or the step budget is spent
     info: dict
+    # the sim's dense task reward where it has one (Meta-World's shaped reward, 0-10): graded where success is not,
+    # so evaluations can say how close a failed episode came (EvalResult.mean_best_reward); None elsewhere
+    reward: float | None = None
+
+
+def higher_reward(best: float | None, reward: float | None) -> float | None:
+    """The running best of an episode's dense rewards (None while the sim has given none)."""
+    return reward if best is None else best if reward is None else max(best, reward)
 
 
 ZOOM_RANGE = (0.25, 8.0)

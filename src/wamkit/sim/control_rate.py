@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from wamkit.sim.base import SimEnv, SimError, StepResult
+from wamkit.sim.base import SimEnv, SimError, StepResult, higher_reward
 
 
 class ActionRepeat(SimEnv):
@@ -33,13 +33,13 @@ class ActionRepeat(SimEnv):
         return self.env.expert_action()
 
     def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
-        success = False
-        for _ in range(self.repeat):  # only the held action's last simulator step is looked at
+        success, best = False, None
+        for _ in range(self.repeat):  # only the held action's last simulator step is looked at (its success and best reward: every step's)
             result = self.env.step(action, observe=False)
-            success = success or result.success
+            success, best = success or result.success, higher_reward(best, result.reward)
             if result.done and not result.success:  # the inner budget is spent
                 break
-        return StepResult(self.env.observe() if observe else None, success, success or result.done, result.info)
+        return StepResult(self.env.observe() if observe else None, success, success or result.done, result.info, reward=best)
 
     def observe(self) -> dict:
         return self.env.observe()

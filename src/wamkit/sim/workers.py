@@ -15,7 +15,7 @@ import multiprocessing as mp
 import traceback
 from dataclasses import dataclass
 
-from wamkit.sim.base import SimError
+from wamkit.sim.base import SimError, higher_reward
 
 
 @dataclass
@@ -54,18 +54,18 @@ def _reset(envs, settings, name: str, seed: int):
 
 def _act(envs, settings, name: str, actions, steps_left: int, expert: bool = False):
     """Execute actions until success-and-done, done or `steps_left`; (obs, steps taken, success, done, the
-    scripted expert's action in each state acted in or None without `expert`). Only the state after the last
-    action is rendered: the policy plans from it alone."""
-    env, success, done, taken = _env(envs, name, settings), False, False, 0
+    scripted expert's action in each state acted in or None without `expert`, the best dense reward or None).
+    Only the state after the last action is rendered: the policy plans from it alone."""
+    env, success, done, taken, best = _env(envs, name, settings), False, False, 0, None
     asked = [] if expert else None
     for action in actions[:steps_left]:
         if expert:
             asked.append(env.expert_action())
         result = env.step(action, observe=False)
-        taken, success, done = taken + 1, success or result.success, result.done
+        taken, success, done, best = taken + 1, success or result.success, result.done, higher_reward(best, result.reward)
         if done:
             break
-    return (env.observe() if taken else None), taken, success, done or taken >= steps_left, asked
+    return (env.observe() if taken else None), taken, success, done or taken >= steps_left, asked, best
 
 
 HANDLERS = {"expert": _expert, "reset": _reset, "act": _act}
