@@ -168,6 +168,8 @@ def judge_summary(report_path: Path) -> dict | None:
         summary["mean_score"] = spearman_with_p([p["score"] for p in rows], success)
     if all("changed" in p.get("by_region", {}) for p in rows):  # the same rollouts scored over the changed pixels
         summary["changed_region"] = spearman_with_p([p["by_region"]["changed"]["score"] for p in rows], success)
+    if all(p.get("best_reward") is not None for p in rows):  # the same ranking against the sim's graded measure
+        summary["best_reward"] = spearman_with_p(predicted, [p["best_reward"] for p in rows])
     return summary
 
 
@@ -228,6 +230,8 @@ def main(argv=None) -> int:
             print(f"wm_rank_spearman (mean score)={_rho_text(judge['mean_score'])}")
         if "changed_region" in judge:
             print(f"wm_rank_spearman (changed-region score)={_rho_text(judge['changed_region'])}")
+        if "best_reward" in judge:
+            print(f"wm_rank_spearman (against the best shaped reward, not success)={_rho_text(judge['best_reward'])}")
     if merged and checkpoints_only:
         print(f"(wamkit's checkpoints alone: {_rho_text(checkpoints_only)})")
     return 0

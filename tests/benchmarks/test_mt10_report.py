@@ -71,6 +71,7 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
     rows[7]["score"], rows[8]["score"] = 0.5, 1.5  # ACT and DP, best in the sim, judged poorly
     for r in rows:  # over the changed pixels the same rollouts rank exactly as the sim does
         r["by_region"] = {"frame": {"score": r["score"]}, "changed": {"score": r["success_rate"] * 10}}
+        r["best_reward"] = 10 - r["score"]  # the sim's graded measure, ranked exactly against the judge's scores
     _write(two / "eval/judge_all/report.json", {"policies": rows})
     assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -79,6 +80,7 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
     assert f"wm_rank_spearman={merged['rho']:.3f} n=9 p={merged['p']:.3g}" in out
     assert "(wamkit's checkpoints alone: 1.000 n=7" in out
     assert "wm_rank_spearman (changed-region score)=1.000 n=9" in out
+    assert "wm_rank_spearman (against the best shaped reward, not success)=-1.000 n=9" in out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["judge"]["changed_region"]["rho"] == pytest.approx(1.0) and "changed_region" not in summary["judge_checkpoints_only"]
 

@@ -41,12 +41,13 @@ def _ckpt(run, step):
     return run / "checkpoints" / f"iter_{step:09d}"
 
 
-def _sim_report(out, step, successes, n=10, task=TASK, env="demo/reach", horizon=8):
-    """A results.json exactly as `wamkit eval sim` writes it."""
+def _sim_report(out, step, successes, n=10, task=TASK, env="demo/reach", horizon=8, best_reward=None):
+    """A results.json exactly as `wamkit eval sim` writes it (`best_reward`: a sim with a dense reward's mean best)."""
     r = EvalResult(env_name=env, task=task, episodes=n, successes=successes, success_rate=successes / n,
                    ci95=wilson_interval(successes, n), mean_episode_length=40.0, mean_success_length=None,
                    execute_horizon=horizon, chunk_length=8, max_episode_steps=100, resolution=64, seed=1, num_steps=2,
-                   policy_source={}, training_step=step, seconds=1.0)
+                   policy_source={}, training_step=step, seconds=1.0, mean_best_reward=best_reward,
+                   best_reward_se=None if best_reward is None else 0.1)
     write_report(r, out)
     return out
 
@@ -226,7 +227,8 @@ def test_contract_and_state_mismatches_are_refused_with_a_fix(runs):
 
 def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     run, stateful, data, _ = runs
-    reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k) for s, k in ((1, 1), (2, 6), (3, 3))]
+    rewards = [2.0, 1.0, 5.0]  # the sim's graded measure, ordered unlike success
+    reports = [_sim_report(tmp_path / f"sim/step_{s:09d}", s, k, best_reward=b) for (s, k), b in zip(((1, 1), (2, 6), (3, 3)), rewards)]
     out = tmp_path / "out"
     args = ["eval", "wm-policy", str(run), "--policies", *(str(_ckpt(run, s)) for s in (1, 2, 3)),
             "--sim-reports", *map(str, reports), "--episodes", *map(str, EPISODES), "--num-steps", "2",
@@ -253,6 +255,8 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     assert corr["ranked_by"] == "episode_rank" and corr["n"] == 3
     assert corr["spearman_rho"] == pytest.approx(PE.spearman([-x for x in ranks], [0.1, 0.6, 0.3]))
     assert corr["kendall_tau_b"] == pytest.approx(PE.kendall_tau_b([-x for x in ranks], [0.1, 0.6, 0.3]))
+    assert [r["best_reward"] for r in rows] == rewards  # the same ranking against the reward as well
+    assert report["correlation_with_best_reward"]["spearman_rho"] == pytest.approx(PE.spearman([-x for x in ranks], rewards))
     mean_score = report["correlation_by_aggregate"]["mean_score"]
     assert mean_score["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.3]))
     assert report["correlation_by_region"]["frame"] == mean_score  # the mean score is the whole frame's
@@ -268,6 +272,7 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     assert md.count("| mixed@") == 3 and "Spearman rho" in md and "*expert (reference)*" in md
     assert "The mean score over the changed region alone: Spearman rho" in md and "changed-region score [dB]" in md
     assert "(ranked by the mean episode rank)" in md and "Ranked by the mean score instead: Spearman rho" in md
+    assert "Against the sim's best shaped reward instead of success" in md
     assert "| mixed@2 |" in printed and "Spearman rho" in printed
 
     # the reports must follow the policies' order (training steps are checked)
@@ -386,6 +391,7 @@ def test_a_lerobot_policy_judged_alone_merges_into_one_ranking_with_checkpoints(
     assert merged["correlation_by_aggregate"]["mean_score"]["spearman_rho"] == pytest.approx(PE.spearman(scores, [0.1, 0.6, 0.9]))
     changed = [r["by_region"]["changed"]["score"] for r in rows]  # recomputed over the merged rows too
     assert merged["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.9]))
+    assert "correlation_with_best_reward" not in merged  # sims without a dense reward: no second ranking is made up
     assert len(merged["merged_from"]) == 2 and "| act@5 |" in (tmp_path / "merged" / "report.md").read_text()
 
     # a report the world model wrote with other settings does not join the ranking

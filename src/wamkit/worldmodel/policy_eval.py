@@ -84,6 +84,7 @@ class SimReport:
     num_steps: int
     training_step: int | None
     tasks: tuple[str, ...] = ()  # the task texts whose recorded episodes are imagined (several for a suite)
+    mean_best_reward: float | None = None  # the sim's graded measure beside success (EvalResult.mean_best_reward)
 
 
 def load_sim_report(path: str | Path) -> SimReport:
@@ -106,10 +107,11 @@ def load_sim_report(path: str | Path) -> SimReport:
             return SimReport(str(file), ",".join(data["env_names"]), "; ".join(t["task"] for t in data["tasks"]),
                              int(data["successes"]), int(data["episodes"]), float(data["success_rate"]),
                              tuple(float(x) for x in data["ci95"]), int(first["execute_horizon"]), int(first["num_steps"]),
-                             data.get("training_step"), tuple(str(t["task"]) for t in data["tasks"]))
+                             data.get("training_step"), tuple(str(t["task"]) for t in data["tasks"]),
+                             data.get("mean_best_reward"))
         return SimReport(str(file), str(data["env_name"]), str(data["task"]), int(data["successes"]), int(data["episodes"]),
                          float(data["success_rate"]), tuple(float(x) for x in data["ci95"]), int(data["execute_horizon"]),
-                         int(data["num_steps"]), data.get("training_step"), (str(data["task"]),))
+                         int(data["num_steps"]), data.get("training_step"), (str(data["task"]),), data.get("mean_best_reward"))
     except (KeyError, TypeError, ValueError) as exc:
         raise WorldModelError(str(file), f"lacks eval sim field {exc}", "pass the results.json that eval sim wrote") from exc
 
@@ -455,6 +457,10 @@ def summary_lines(report: dict) -> list[str]:
     mean_score = report.get("correlation_by_aggregate", {}).get("mean_score")
     if mean_score and c.get("ranked_by") != "mean_score":
         lines += ["", f"Ranked by the mean score instead: Spearman rho {_fmt(mean_score['spearman_rho'])} {_correlation_text(mean_score)}"]
+    graded = report.get("correlation_with_best_reward")
+    if graded:
+        lines += ["", f"Against the sim's best shaped reward instead of success (fewer ties, less binomial noise): Spearman "
+                  f"rho {_fmt(graded['spearman_rho'])} {_correlation_text(graded)}"]
     changed = report.get("correlation_by_region", {}).get("changed")
     if changed:
         lines += ["", f"The mean score over the changed region alone: Spearman rho {_fmt(changed['spearman_rho'])} "
@@ -546,7 +552,7 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
 
 def _policy_row(label: str, policy, report: SimReport, horizon: int, scores: dict, curves: dict, wall: float) -> dict:
     return {"label": label, "source": policy.loaded.source, "sim_report": report.path, "execute_horizon": horizon,
-            **_scored(scores), "success_rate": report.success_rate,
+            **_scored(scores), "success_rate": report.success_rate, "best_reward": report.mean_best_reward,
             "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95),
             "goal_psnr_by_step": [float(x) for x in torch.stack(curves["frame"]).mean(0)], "wall_seconds": wall}
 
@@ -572,8 +578,12 @@ def _correlations(rows: list[dict]) -> dict:
     if all("episode_rank" in r for r in rows):
         by_aggregate["episode_rank"] = rank_correlation([-r["episode_rank"] for r in rows], true)
     primary = "episode_rank" if "episode_rank" in by_aggregate else "mean_score"
-    return {"correlation": {**by_aggregate[primary], "ranked_by": primary}, "correlation_by_aggregate": by_aggregate,
-            "correlation_by_region": by_region}
+    out = {"correlation": {**by_aggregate[primary], "ranked_by": primary}, "correlation_by_aggregate": by_aggregate,
+           "correlation_by_region": by_region}
+    if all(r.get("best_reward") is not None for r in rows):  # the same ranking against the sim's graded measure:
+        predicted = [-r["episode_rank"] for r in rows] if primary == "episode_rank" else [r["score"] for r in rows]
+        out["correlation_with_best_reward"] = rank_correlation(predicted, [r["best_reward"] for r in rows])
+    return out
 
 
 def _add_ranks(rows: list[dict]) -> None:
