@@ -34,7 +34,7 @@ class ActionRepeat(SimEnv):
 
     def step(self, action: np.ndarray, observe: bool = True) -> StepResult:
         success, best = False, None
-        for _ in range(self.repeat):  # only the held action's last simulator step is looked at (its success and best reward: every step's)
+        for _ in range(self.repeat):  # only the last simulator step is rendered; success and the reward count every one
             result = self.env.step(action, observe=False)
             success, best = success or result.success, higher_reward(best, result.reward)
             if result.done and not result.success:  # the inner budget is spent

@@ -130,8 +130,9 @@ class MetaWorldEnv(SimEnv):
         self._raw_obs, _reward, _term, _trunc, info = self._env.step(a)
         self._steps += 1
         success = bool(info.get("success", 0.0))
-        return StepResult(self._obs() if observe else None, success, success or self._steps >= self.max_episode_steps, dict(info),
-                          reward=float(info["unscaled_reward"]) if "unscaled_reward" in info else None)
+        reward = float(info["unscaled_reward"]) if "unscaled_reward" in info else None  # the shaped reward, 0-10
+        return StepResult(self._obs() if observe else None, success, success or self._steps >= self.max_episode_steps,
+                          dict(info), reward=reward)
 
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action for the current state (it reads the privileged full observation)."""
