@@ -151,6 +151,18 @@ def test_changed_region_scores_the_moved_object_not_the_background():
                        PE.goal_psnr(torch.stack([stayed]), goal))
 
 
+def test_swapped_actions_drive_each_episode_with_the_next_ones_cut_or_held():
+    def ep(i, n):
+        return PE.EpisodeData(i, torch.zeros(n, 4, 4, 3, dtype=torch.uint8), np.arange(n * 2, dtype=np.float32).reshape(n, 2) + 100 * i,
+                              None, TASK)
+
+    eps = [ep(0, 3), ep(1, 5)]
+    swapped = PE.swapped_actions(eps)
+    assert [s.episode for s in swapped] == [0, 1] and all(s.frames is e.frames for s, e in zip(swapped, eps))
+    np.testing.assert_array_equal(swapped[0].actions, eps[1].actions[:3])  # the longer one's cut to length
+    np.testing.assert_array_equal(swapped[1].actions, np.concatenate([eps[0].actions, eps[0].actions[-1:].repeat(2, 0)]))
+
+
 def test_sim_report_errors(tmp_path):
     with pytest.raises(WorldModelError, match="eval sim"):
         PE.load_sim_report(tmp_path / "nope")
@@ -263,7 +275,7 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     changed = [r["by_region"]["changed"]["score"] for r in rows]
     assert report["correlation_by_region"]["changed"]["spearman_rho"] == pytest.approx(PE.spearman(changed, [0.1, 0.6, 0.3]))
     assert all(r["by_region"]["frame"]["score"] == r["score"] and 0 < r["by_region"]["changed"]["score"] <= 100 for r in rows)
-    assert set(report["references"]) == {"expert", "static"}
+    assert list(report["references"]) == ["expert", "swapped_actions", "static"]  # two episodes: the swap is there
     assert all(set(ref["by_region"]) == set(PE.SCORE_REGIONS) for ref in report["references"].values())
     for f in report["files"]:
         assert (out / f).stat().st_size > 0, f

@@ -21,9 +21,12 @@ rankings of 7-9 policies, recomputed from their reports, the episode rank's corr
 the mean score's: 0.79 against 0.62 on average; benchmarks/RESULTS.md). The ranking is set against
 the policies' true closed-loop success rates (`wamkit eval sim` results.json) with Spearman's rho,
 Kendall's tau-b and an exact permutation p-value; the mean score's correlation stands beside it.
-Two references, not ranked: `expert` (the recorded actions through the world model: what a
-known-successful policy scores in imagination) and `static` (the first frame held: a policy that
-does nothing).
+References, not ranked: `expert` (the recorded actions through the world model: what a
+known-successful policy scores in imagination), `static` (the first frame held: a policy that
+does nothing) and, over two or more episodes, `swapped_actions` (each episode's first frame driven by
+another episode's recorded actions: expert motion aimed at the wrong placement; a world model that
+follows its actions scores it well below `expert`, one that imagines the expert's outcome whatever it is
+told scores it alike, and then no score of its frames can rank policies).
 
 The world model predicts no robot state. A policy or world model that uses a state row gets, with
 `state="affine"`, the state advanced by the actions it took (a least-squares model fit on the dataset's
@@ -40,7 +43,7 @@ import itertools
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -401,15 +404,30 @@ def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[Ep
     return scores, curves, first
 
 
+def swapped_actions(eps: list[EpisodeData]) -> list[EpisodeData]:
+    """Each episode with the next one's recorded actions (cut to its length, or its last action held)."""
+    out = []
+    for i, ep in enumerate(eps):
+        other, n = eps[(i + 1) % len(eps)].actions, len(ep.actions)
+        actions = other[:n] if len(other) >= n else np.concatenate([other, np.repeat(other[-1:], n - len(other), 0)])
+        out.append(replace(ep, actions=actions))
+    return out
+
+
 def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how: str, seed: int) -> dict:
     """Unranked anchors scored like the policies: the recorded actions through the world model
-    (`expert`), and the first frame held (`static`)."""
-    scores = {name: {r: [] for r in SCORE_REGIONS} for name in ("expert", "static")}
-    for ep, rollout in zip(eps, rollout_episodes(wm, eps, "autoregressive", seed)):
-        frames = torch.cat([c[1:] for c in rollout.pred])[:max_steps]
-        for name, video in (("expert", frames), ("static", ep.frames[:1])):
-            for region, curve in region_curves(video, ep).items():
+    (`expert`), the first frame held (`static`) and, over two or more episodes, another episode's
+    recorded actions through it (`swapped_actions`: does the world model follow what it is told?)."""
+    imagined = {"expert": eps, **({"swapped_actions": swapped_actions(eps)} if len(eps) > 1 else {})}
+    scores = {name: {r: [] for r in SCORE_REGIONS} for name in (*imagined, "static")}
+    for name, driven in imagined.items():
+        for ep, rollout in zip(eps, rollout_episodes(wm, driven, "autoregressive", seed)):
+            frames = torch.cat([c[1:] for c in rollout.pred])[:max_steps]
+            for region, curve in region_curves(frames, ep).items():  # scored against the episode's own goal
                 scores[name][region].append(rollout_score(curve, how))
+    for ep in eps:
+        for region, curve in region_curves(ep.frames[:1], ep).items():
+            scores["static"][region].append(rollout_score(curve, how))
     return {name: _scored(by_region) for name, by_region in scores.items()}
 
 
