@@ -170,6 +170,8 @@ def judge_summary(report_path: Path) -> dict | None:
         summary["changed_region"] = spearman_with_p([p["by_region"]["changed"]["score"] for p in rows], success)
     if all(p.get("best_reward") is not None for p in rows):  # the same ranking against the sim's graded measure
         summary["best_reward"] = spearman_with_p(predicted, [p["best_reward"] for p in rows])
+    # the unranked anchors: whether the world model tells expert motion from static and from misdirected motion
+    summary["references"] = {name: ref["score"] for name, ref in report.get("references", {}).items()}
     return summary
 
 
@@ -232,6 +234,10 @@ def main(argv=None) -> int:
             print(f"wm_rank_spearman (changed-region score)={_rho_text(judge['changed_region'])}")
         if "best_reward" in judge:
             print(f"wm_rank_spearman (against the best shaped reward, not success)={_rho_text(judge['best_reward'])}")
+        scored = [p["score"] for p in judge["policies"]]
+        if judge["references"]:
+            print("judge scores [dB]: policies " + f"{min(scored):.2f}-{max(scored):.2f}; "
+                  + ", ".join(f"{name} {score:.2f}" for name, score in judge["references"].items()))
     if merged and checkpoints_only:
         print(f"(wamkit's checkpoints alone: {_rho_text(checkpoints_only)})")
     return 0
