@@ -36,7 +36,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, its 4x finer token grid (H200 only), twice its batch (512),
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, twice and four times its batch (512, 1024; H200 only),
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT[/NOISE]]]:..." trains a variant on a recording of other cameras, frame size, pixel format or expert noise)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
@@ -335,15 +335,15 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default, all on the recording of $CAMERA (4:4:4 by default), each also in the held-out expert states (open loop):
-  # the recipe (with its conv stem and Fourier frame positions since the twenty-sixth session); the 4x finer token
-  # grid (g16, 16x16 tokens of 4x4 px a frame: the tasks wamkit still fails, push, reach, pick-place, peg-insert,
-  # need the puck's or the goal's place to a few pixels; it beat the plain recipe 0.43 to 0.38 side by side in the
-  # seventeenth session; ~51 GiB alone, so the three together need an H200: on an H100 give VARIANTS without it);
-  # twice the samples a step (b2x: 1,500 x 32 did what 3,000 x 16 did on the CPU window-open testbed). Chunk 8
-  # (twenty-second session's other lever): "c8:$val --set data.chunk_length=8"; the recipe without the stem and
-  # frame positions: "plain:$val --set model.vision_stem=none --set model.frame_positions=none"
+  # the recipe (with its conv stem and Fourier frame positions since the twenty-sixth session); twice and four times
+  # the samples a step (b2x, b4x: on the tiny push testbed 1,000 x 32 solved 3/20 with best reward 2.05 against
+  # 1/20 and 1.04 at 1,000 x 16, and 1,500 x 32 did what 3,000 x 16 did on the window-open testbed; the estimate puts
+  # b4x at ~64 GiB, so the three together need an H200: on an H100 give VARIANTS without it). Others measured: the 4x
+  # finer grid "g16:$val --set model.pixel_spatial_factor=2" (on the tiny push testbed it lost the puck's x, 38%
+  # against 96%, at the same samples), chunk 8 "c8:$val --set data.chunk_length=8", the recipe without the stem and
+  # frame positions "plain:$val --set model.vision_stem=none --set model.frame_positions=none"
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;g16:$val --set model.pixel_spatial_factor=2;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ))"}
+  local variants=${VARIANTS:-"base:$val;b2x:$val --set trainer.samples_per_step=$(( 2 * BATCH ));b4x:$val --set trainer.samples_per_step=$(( 4 * BATCH ))"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
