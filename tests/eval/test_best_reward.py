@@ -7,7 +7,7 @@ import pytest
 import wamkit.sim  # noqa: F401 - picks the headless GL backend before metaworld imports mujoco
 from wamkit.eval import EvalResult, wilson_interval
 from wamkit.eval.report import write_report
-from wamkit.eval.sim_eval import EpisodeResult, mean_and_se
+from wamkit.eval.sim_eval import EpisodeResult, mean_sem
 from wamkit.eval.suite import suite_of
 from wamkit.sim.base import higher_reward
 from wamkit.sim.control_rate import ActionRepeat
@@ -48,7 +48,7 @@ def test_held_actions_report_the_best_reward_of_their_simulator_steps():
 def _result(rewards, successes, env="metaworld/push-v3"):
     episodes = [EpisodeResult(i, i, ok, 10, 2, best_reward=r) for i, (ok, r) in enumerate(zip(successes, rewards))]
     known = None not in rewards
-    mean, se = mean_and_se(rewards) if known else (None, None)
+    mean, se = mean_sem(rewards) if known else (None, None)
     k = sum(successes)
     return EvalResult(env_name=env, task=env, episodes=len(episodes), successes=k, success_rate=k / len(episodes),
                       ci95=wilson_interval(k, len(episodes)), mean_episode_length=10.0, mean_success_length=None,
@@ -58,9 +58,10 @@ def _result(rewards, successes, env="metaworld/push-v3"):
 
 
 def test_reports_show_the_mean_best_reward_only_where_the_sim_gives_one(tmp_path):
-    assert mean_and_se([1.0, 3.0]) == pytest.approx((2.0, 1.0)) and mean_and_se([4.0]) == (4.0, 0.0)
+    assert mean_sem([1.0, 3.0]) == pytest.approx((2.0, 1.0)) and mean_sem([4.0]) == (4.0, None)
     graded = _result([0.5, 1.5], [False, False])
-    assert "- best reward: 1.00 ± 0.50 (s.e.)" in write_report(graded, tmp_path / "a").read_text()
+    assert "- best reward: 1.00 ± 0.50, the mean" in write_report(graded, tmp_path / "a").read_text()
+    assert "- best reward: 7.00, the mean" in write_report(_result([7.0], [False]), tmp_path / "c").read_text()  # one episode
     assert "best reward" not in write_report(_result([None, None], [False, True]), tmp_path / "b").read_text()
 
     both = [graded, _result([10.0, 2.0], [True, False], env="metaworld/reach-v3")]

@@ -20,6 +20,11 @@ def _fmt_len(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _fmt_reward(mean: float, se: float | None) -> str:
+    """A mean best reward with its standard error (none from a single episode)."""
+    return f"{mean:.2f}" if se is None else f"{mean:.2f} ± {se:.2f}"
+
+
 REWARD_NOTE = ("Best reward: each episode's highest dense reward from the simulator (Meta-World's shaped reward, 0-10; "
                "its value at success differs by task), averaged over the episodes: graded where success is not, so it "
                "compares policies on the same task, not tasks with each other.")
@@ -29,8 +34,8 @@ def _reward_line(result) -> list[str]:
     """The report's best-reward line, where the sim gives a dense reward."""
     if getattr(result, "mean_best_reward", None) is None:
         return []
-    return [f"- best reward: {result.mean_best_reward:.2f} ± {result.best_reward_se:.2f} (s.e.), the mean over episodes of "
-            f"each one's highest dense reward (Meta-World's shaped reward, 0-10): how close failures came"]
+    return [f"- best reward: {_fmt_reward(result.mean_best_reward, result.best_reward_se)}, the mean (± its s.e.) over episodes "
+            f"of each one's highest dense reward (Meta-World's shaped reward, 0-10): how close failures came"]
 
 
 def write_report(result, out_dir: str | Path) -> Path:
@@ -194,7 +199,7 @@ def write_suite_report(suite, out_dir: str | Path) -> Path:
     ]
     for r in suite.tasks:
         sub = Path(r.out_dir).name
-        reward = "-" if r.mean_best_reward is None else f"{r.mean_best_reward:.2f} ± {r.best_reward_se:.2f}"
+        reward = "-" if r.mean_best_reward is None else _fmt_reward(r.mean_best_reward, r.best_reward_se)
         lines.append(f"| {r.env_name} | {r.successes}/{r.episodes} = {r.success_rate:.3f} | {r.ci95[0]:.3f} – "
                      f"{r.ci95[1]:.3f} | {reward} | {r.mean_episode_length:.1f} | {_video_link(r, True)} | "
                      f"{_video_link(r, False)} | [{sub}/report.md]({sub}/report.md) |")

@@ -244,7 +244,7 @@ def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, b
     source = dict(policy.loaded.source)
     step = source.get("step")
     rewards = [e.best_reward for e in per_episode]
-    mean_reward, reward_se = (None, None) if None in rewards else mean_and_se(rewards)
+    mean_reward, reward_se = (None, None) if None in rewards else mean_sem(rewards)
     return EvalResult(
         env_name=spec.name, task=spec.task, episodes=episodes, successes=successes, success_rate=successes / episodes,
         ci95=wilson_interval(successes, episodes), mean_episode_length=float(np.mean(lengths)),
@@ -256,10 +256,10 @@ def summarize(policy, spec, per_episode: list[EpisodeResult], *, horizon: int, b
         **realtime)
 
 
-def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
-    """The mean and its standard error (0 for a single value)."""
+def mean_sem(values: Sequence[float]) -> tuple[float, float | None]:
+    """The mean and its standard error (None for a single value: one value gives no spread)."""
     x = np.asarray(values, np.float64)
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+    return float(x.mean()), (float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else None)
 
 
 def evaluate_delays(policy, env_name: str, delays: list[int], modes: list[str], out_dir: str | Path,

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from wamkit.data import LeRobotV3Dataset
 from wamkit.data.canvas import split_canvas
+from wamkit.eval.sim_eval import mean_sem
 from wamkit.serve.camera_size import contract_sizes
 from wamkit.worldmodel import metrics as M
 from wamkit.worldmodel.report import PSNR_CAP_DB, _fmt, _json_safe, _separator, write_mp4
@@ -261,12 +262,6 @@ def rollout_score(curve: torch.Tensor, how: str = "best") -> float:
     if how not in SCORES:
         raise WorldModelError("score", f"{how!r} is not understood", f"use one of {list(SCORES)}")
     return float(curve.max() if how == "best" else curve[-1])
-
-
-def mean_sem(values: list[float]) -> tuple[float, float | None]:
-    """Mean and its standard error (None for one value)."""
-    x = np.asarray(values, dtype=np.float64)
-    return float(x.mean()), (float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else None)
 
 
 # ---- rank correlation -----------------------------------------------------------------------------
