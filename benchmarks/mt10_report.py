@@ -188,8 +188,8 @@ def main(argv=None) -> int:
     per_method, rewards, notes = {}, {}, []
     final = one / "eval/final/results.json"
     if final.is_file():
-        per_method["wamkit"] = suite_counts(json.loads(final.read_text()))
-        rewards["wamkit"] = suite_rewards(json.loads(final.read_text()))
+        results = json.loads(final.read_text())
+        per_method["wamkit"], rewards["wamkit"] = suite_counts(results), suite_rewards(results)
     elif points:  # the call was cut before the final evaluation: the curve's last checkpoint stands in
         last = max(points, key=lambda point: point["step"])
         per_method["wamkit"] = suite_counts(json.loads((one / f"eval/curve/{last['dir']}/results.json").read_text()))
@@ -197,8 +197,8 @@ def main(argv=None) -> int:
     for method, name in (("act", "act"), ("dp", "diffusion")):
         path = two / f"eval/{name}/results.json"
         if path.is_file():
-            per_method[method] = policy_quality_counts(json.loads(path.read_text()))
-            rewards[method] = policy_quality_rewards(json.loads(path.read_text()))
+            results = json.loads(path.read_text())
+            per_method[method], rewards[method] = policy_quality_counts(results), policy_quality_rewards(results)
         else:
             notes.append(f"{method}: no results ({path} is missing)")
     if not per_method:

@@ -403,9 +403,8 @@ def swapped_actions(eps: list[EpisodeData]) -> list[EpisodeData]:
     """Each episode with the next one's recorded actions (cut to its length, or its last action held)."""
     out = []
     for i, ep in enumerate(eps):
-        other, n = eps[(i + 1) % len(eps)].actions, len(ep.actions)
-        actions = other[:n] if len(other) >= n else np.concatenate([other, np.repeat(other[-1:], n - len(other), 0)])
-        out.append(replace(ep, actions=actions))
+        other, n = eps[(i + 1) % len(eps)].actions[:len(ep.actions)], len(ep.actions)
+        out.append(replace(ep, actions=np.pad(other, ((0, n - len(other)), (0, 0)), mode="edge")))
     return out
 
 
