@@ -172,6 +172,9 @@ def judge_summary(report_path: Path) -> dict | None:
         summary["best_reward"] = spearman_with_p(predicted, [p["best_reward"] for p in rows])
     # the unranked anchors: whether the world model tells expert motion from static and from misdirected motion
     summary["references"] = {name: ref["score"] for name, ref in report.get("references", {}).items()}
+    from wamkit.worldmodel.policy_eval import action_response  # torch: only where a judge report is read
+
+    summary["action_response"] = action_response(report.get("references", {})) if report.get("references") else None
     return summary
 
 
@@ -238,6 +241,10 @@ def main(argv=None) -> int:
         if judge["references"]:
             print("judge scores [dB]: policies " + f"{min(scored):.2f}-{max(scored):.2f}; "
                   + ", ".join(f"{name} {score:.2f}" for name, score in judge["references"].items()))
+        if judge.get("action_response"):
+            from wamkit.worldmodel.policy_eval import action_response_text
+
+            print(action_response_text(judge["action_response"]))
     if merged and checkpoints_only:
         print(f"(wamkit's checkpoints alone: {_rho_text(checkpoints_only)})")
     return 0

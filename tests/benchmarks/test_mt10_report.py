@@ -72,7 +72,8 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
     for r in rows:  # over the changed pixels the same rollouts rank exactly as the sim does
         r["by_region"] = {"frame": {"score": r["score"]}, "changed": {"score": r["success_rate"] * 10}}
         r["best_reward"] = 10 - r["score"]  # the sim's graded measure, ranked exactly against the judge's scores
-    refs = {"expert": {"score": 9.5}, "swapped_actions": {"score": 4.25}, "static": {"score": 2.0}}
+    refs = {"expert": {"score": 9.5, "per_episode": [9.0, 10.0]}, "swapped_actions": {"score": 4.25, "per_episode": [4.0, 10.0]},
+            "static": {"score": 2.0, "per_episode": [2.0, 2.0]}}
     _write(two / "eval/judge_all/report.json", {"policies": rows, "references": refs})
     assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -83,6 +84,7 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
     assert "wm_rank_spearman (changed-region score)=1.000 n=9" in out
     assert "wm_rank_spearman (against the best shaped reward, not success)=-1.000 n=9" in out
     assert "judge scores [dB]: policies 0.00-6.00; expert 9.50, swapped_actions 4.25, static 2.00" in out
+    assert "Action response (expert minus swapped_actions, per episode): 2.50 ± 2.50 dB; 1 of 2 episodes moved" in out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["judge"]["changed_region"]["rho"] == pytest.approx(1.0) and "changed_region" not in summary["judge_checkpoints_only"]
 

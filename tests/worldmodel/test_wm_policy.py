@@ -284,7 +284,7 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     assert md.count("| mixed@") == 3 and "Spearman rho" in md and "*expert (reference)*" in md
     assert "The mean score over the changed region alone: Spearman rho" in md and "changed-region score [dB]" in md
     assert "(ranked by the mean episode rank)" in md and "Ranked by the mean score instead: Spearman rho" in md
-    assert "Against the sim's best shaped reward instead of success" in md
+    assert "Against the sim's best shaped reward instead of success" in md and "Action response (expert minus swapped_actions" in md
     assert "| mixed@2 |" in printed and "Spearman rho" in printed
 
     # the reports must follow the policies' order (training steps are checked)
@@ -344,6 +344,36 @@ def test_affine_state_follows_the_policy_not_the_recording(runs):
     mine = fitted.roll(ep.states[0], np.full((2 * horizon + 1, wm.action_dim), 0.7))
     assert np.allclose(np.stack(affine.seen)[:, 0], mine[[0, horizon, 2 * horizon]])
     assert np.array_equal(affine.seen[0], recorded.seen[0])  # both start at the recorded first state
+
+
+def test_references_follow_the_judges_state_mode(runs):
+    """Under `affine` a reference driven by another episode's actions is shown the states those actions lead to,
+    not the arm's recorded positions (a world model that draws the arm where its state row says would otherwise look
+    as if it followed the swapped actions); under `recorded` (no state model) the recorded rows stay."""
+    run, _, data, _ = runs
+    wm, ds = _wm(run), LeRobotV3Dataset(data)
+    wm.contract = {**wm.contract, "use_state": True, "state_key": "observation.state"}
+    eps = [load_episode(ds, e, wm.contract) for e in EPISODES]
+    models = PE.fit_state_models(ds, ["observation.state"], "action", eps)
+    swapped = PE.swapped_actions(eps)
+    assert PE._states_for_actions(wm, swapped, {}) is swapped  # recorded: nothing changes
+    driven = PE._states_for_actions(wm, swapped, models)
+    for ep, sw, dr in zip(eps, swapped, driven):
+        np.testing.assert_allclose(dr.states, models["observation.state"][0].roll(ep.states[0], sw.actions))
+        np.testing.assert_array_equal(dr.states[0], ep.states[0])  # from the episode's own observed first state
+        assert not np.allclose(dr.states, ep.states) and dr.actions is sw.actions and dr.frames is ep.frames
+    wm.contract = {**wm.contract, "use_state": False}
+    assert PE._states_for_actions(wm, swapped, models) is swapped  # an image-only world model reads no state
+
+
+def test_action_response_counts_the_episodes_the_swap_did_not_move():
+    refs = {"expert": {"per_episode": [20.0, 19.0, 18.5, 21.0]}, "swapped_actions": {"per_episode": [19.0, 19.01, 18.5, 20.0]},
+            "static": {"per_episode": [17.0] * 4}}
+    r = PE.action_response(refs)
+    assert r["episodes"] == 4 and r["unmoved"] == 2 and r["mean_db"] == pytest.approx((1.0 - 0.01 + 0 + 1.0) / 4)
+    assert r["sem_db"] == pytest.approx(np.std([1.0, -0.01, 0.0, 1.0], ddof=1) / 2)
+    assert "2 of 4 episodes moved less than 0.02 dB" in PE.action_response_text(r)
+    assert PE.action_response({"expert": {"per_episode": [1.0]}, "static": {"per_episode": [0.0]}}) is None
 
 
 class _ConstantLeRobotPolicy(torch.nn.Module):

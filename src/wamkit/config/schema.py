@@ -207,6 +207,12 @@ class DiffusionConfig:
     # s = 1. Samplers still step video and actions together.
     action_sigma: str = "shared"
     action_shift: float = 0.0  # with action_sigma = "independent": 0 -> the video's shift
+    # Future latent frames a policy sample carries beside its actions (each 4 video frames). 0: the whole chunk's
+    # future, 1 + T/4 latent frames with the observed one (Cosmos3's policy sequence). K in 1..T/4: the first K
+    # (frames 1..4K): fewer tokens a training step and a shorter sampler sequence (T = 16: 383 -> 255 tokens at
+    # K = 2), the video objective then covering the chunk's first 4K frames. Policy mode only (a world model's
+    # future frames are its output).
+    future_video_latents: int = 0
 
 
 @dataclass
@@ -386,6 +392,7 @@ class ExperimentConfig:
                 f"{self.data.chunk_length} is not a positive multiple of 4",
                 "the video tokenizer compresses time 4x: T+1 frames -> 1 + T/4 latent frames; use 16, 32, ...",
             )
+        self._validate_future_video_latents()
         if not 0 <= self.data.domain_id < self.model.num_domains:
             raise ConfigError(
                 "data.domain_id",
@@ -480,6 +487,19 @@ class ExperimentConfig:
         for section, keys in sections.items():
             raw.update(expand_fields(getattr(self, section), section, keys))
         return raw
+
+    def _validate_future_video_latents(self) -> None:
+        k, most = self.diffusion.future_video_latents, self.data.chunk_length // 4
+        if not 0 <= k <= most:
+            raise ConfigError("diffusion.future_video_latents", f"is {k}; data.chunk_length {self.data.chunk_length} has "
+                              f"{most} future latent frames", f"use 0 (all of them) up to {most}")
+        if k and self.model.mode != "policy":
+            raise ConfigError("diffusion.future_video_latents", f"is {k} with model.mode = {self.model.mode!r}",
+                              "a world model's future frames are its output: keep 0 outside model.mode = 'policy'")
+        if k and self.data.latent_cache:
+            raise ConfigError("diffusion.future_video_latents", f"is {k} with data.latent_cache set",
+                              "`wamkit data cache-latents` stores every latent frame of a window: train from the videos "
+                              "(data.latent_cache = '') or keep 0")
 
     def _validate_modes_and_lora(self) -> None:
         weights = self.model.mode_weights

@@ -35,10 +35,11 @@ class TrainingSample:
 
 class SampleTransform:
     """Window -> TrainingSample: normalize, pad to max_action_dim, compose the cameras (`canvas`,
-    default: side by side at native resolution)."""
+    default: side by side at native resolution); `video_frames` > 0 keeps the window's first that many frames
+    (`diffusion.future_video_latents`: wamkit.model.tokenizer.sample_frames)."""
 
     def __init__(self, action_normalizer: Normalizer, state_normalizer: Normalizer | None, max_action_dim: int,
-                 use_state: bool, domain_id: int, canvas: CanvasTransform | None = None):
+                 use_state: bool, domain_id: int, canvas: CanvasTransform | None = None, video_frames: int = 0):
         if max_action_dim < 1:
             raise DataError("model.max_action_dim", f"is {max_action_dim}", "set a positive max_action_dim")
         if use_state and state_normalizer is None:
@@ -47,6 +48,7 @@ class SampleTransform:
         self.action_normalizer, self.state_normalizer = action_normalizer, state_normalizer
         self.max_action_dim, self.use_state, self.domain_id = int(max_action_dim), bool(use_state), int(domain_id)
         self.canvas = canvas or CanvasTransform()
+        self.video_frames = int(video_frames)
         self._check_dim(action_normalizer.dim, action_normalizer.key)
         if use_state:
             self._check_dim(state_normalizer.dim, state_normalizer.key)
@@ -60,6 +62,12 @@ class SampleTransform:
         self._check_dim(x.shape[-1], feature)
         return torch.nn.functional.pad(x, (0, self.max_action_dim - x.shape[-1]))
 
+    def _kept(self, video):
+        """The window's cameras ([V, T+1, H, W, 3], or one [T+1, H, W, 3] a camera) cut to their first video_frames."""
+        if not self.video_frames:
+            return video
+        return [v[:self.video_frames] for v in video] if isinstance(video, (list, tuple)) else video[:, :self.video_frames]
+
     def __call__(self, window: Window) -> TrainingSample:
         action = window.action.float()
         actions = self._pad(self.action_normalizer.normalize(action), self.action_normalizer.key)
@@ -72,6 +80,6 @@ class SampleTransform:
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
             first = window.state[0].float()
             state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
-        video = self.canvas(window.video).contiguous() if window.video is not None else None  # [V,T+1,H,W,3] -> [T+1,H',W',3]
+        video = self.canvas(self._kept(window.video)).contiguous() if window.video is not None else None  # [V,T+1,H,W,3] -> [T+1,H',W',3]
         return TrainingSample(video=video, actions=actions.float(), state=state if state is None
                               else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)

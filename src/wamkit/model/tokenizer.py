@@ -53,6 +53,12 @@ def latent_frames(num_frames: int) -> int:
     return 1 + (num_frames - 1) // TEMPORAL_FACTOR
 
 
+def sample_frames(chunk_length: int, future_latents: int = 0) -> int:
+    """Video frames one sample carries: all T+1 of its chunk, or with `future_latents` K > 0
+    (`diffusion.future_video_latents`) the observed frame and the next 4K, i.e. 1 + K latent frames."""
+    return chunk_length + 1 if future_latents <= 0 else 1 + TEMPORAL_FACTOR * future_latents
+
+
 def _to_unit_range(video: torch.Tensor) -> torch.Tensor:
     """uint8 [B,T,H,W,3] -> float [B,3,T,H,W] in [-1, 1]."""
     return video.permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)

@@ -55,6 +55,12 @@ class ContractModel:
         return str(self.loaded.diffusion.get("video_prediction", "velocity"))
 
     @property
+    def future_video_latents(self) -> int:
+        """Future latent frames the policy generates beside its actions (the run's `diffusion.future_video_latents`;
+        0, and older runs: the whole chunk's)."""
+        return int(self.loaded.diffusion.get("future_video_latents", 0) or 0)
+
+    @property
     def action_prediction(self) -> str:
         """What the network's action output is (the run's `diffusion.action_prediction`; older runs: velocity)."""
         return str(self.loaded.diffusion.get("action_prediction", "velocity"))

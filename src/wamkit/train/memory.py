@@ -214,7 +214,7 @@ def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int
 
     factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
     patch = model_config.latent_patch_size
-    frames = 1 + cfg.data.chunk_length // TEMPORAL_FACTOR
+    frames = 1 + (cfg.diffusion.future_video_latents or cfg.data.chunk_length // TEMPORAL_FACTOR)
     per_frame = math.ceil(canvas_hw[0] / factor / patch) * math.ceil(canvas_hw[1] / factor / patch)
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
     latent_positions = frames * per_frame * patch**2

@@ -408,13 +408,28 @@ def swapped_actions(eps: list[EpisodeData]) -> list[EpisodeData]:
     return out
 
 
-def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how: str, seed: int) -> dict:
+def _states_for_actions(wm: WorldModel, driven: list[EpisodeData], state_models: dict) -> list[EpisodeData]:
+    """The world model's state rows advanced by the actions each episode is driven with (the judge's `affine`
+    mode, as its policies get them), or the recorded rows when the judge shows the recorded state. Without this a
+    reference driven by another episode's actions would be shown the arm's recorded positions, and a world model
+    that draws the arm where its state row says would look as if it followed those actions."""
+    fitted = state_models.get(wm.contract.get("state_key")) if wm.use_state else None
+    if fitted is None:
+        return driven
+    return [replace(ep, states=fitted[0].roll(ep.states[0], ep.actions)) for ep in driven]
+
+
+def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how: str, seed: int,
+                     state_models: dict | None = None) -> dict:
     """Unranked anchors scored like the policies: the recorded actions through the world model
     (`expert`), the first frame held (`static`) and, over two or more episodes, another episode's
-    recorded actions through it (`swapped_actions`: does the world model follow what it is told?)."""
+    recorded actions through it (`swapped_actions`: does the world model follow what it is told?).
+    `state_models` (fit_state_models, the judge's `affine` mode): the world model's state follows the
+    driving actions, as it does for the policies; without it, the recorded state."""
     imagined = {"expert": eps, **({"swapped_actions": swapped_actions(eps)} if len(eps) > 1 else {})}
     scores = {name: {r: [] for r in SCORE_REGIONS} for name in (*imagined, "static")}
     for name, driven in imagined.items():
+        driven = _states_for_actions(wm, driven, state_models or {})
         for ep, rollout in zip(eps, rollout_episodes(wm, driven, "autoregressive", seed)):
             frames = torch.cat([c[1:] for c in rollout.pred])[:max_steps]
             for region, curve in region_curves(frames, ep).items():  # scored against the episode's own goal
@@ -423,6 +438,27 @@ def reference_scores(wm: WorldModel, eps: list[EpisodeData], max_steps: int, how
         for region, curve in region_curves(ep.frames[:1], ep).items():
             scores["static"][region].append(rollout_score(curve, how))
     return {name: _scored(by_region) for name, by_region in scores.items()}
+
+
+UNMOVED_DB = 0.02  # an episode whose score moves less than this when its actions are swapped did not respond to them
+
+
+def action_response(references: dict) -> dict | None:
+    """`expert` minus `swapped_actions`, episode by episode (whole frame, dB): how much the imagined outcome
+    depends on the actions. Near 0 on most episodes: the world model imagines the same future whatever it is told,
+    and no score of its frames can rank policies. None without the swapped reference (one episode)."""
+    if "swapped_actions" not in references:
+        return None
+    gaps = [e - s for e, s in zip(references["expert"]["per_episode"], references["swapped_actions"]["per_episode"])]
+    mean, sem = mean_sem(gaps)
+    return {"mean_db": mean, "sem_db": sem, "episodes": len(gaps), "unmoved": sum(abs(g) < UNMOVED_DB for g in gaps)}
+
+
+def action_response_text(response: dict) -> str:
+    """One line for report.md, the CLI and the MT10 report."""
+    return (f"Action response (expert minus swapped_actions, per episode): {_fmt(response['mean_db'], 2)} ± "
+            f"{_fmt(response['sem_db'], 2)} dB; {response['unmoved']} of {response['episodes']} episodes moved less "
+            f"than {UNMOVED_DB} dB when given another episode's actions.")
 
 
 def _scored(by_region: dict[str, list[float]]) -> dict:
@@ -464,6 +500,9 @@ def summary_lines(report: dict) -> list[str]:
                      f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} | {_changed_score(p)} |")
     for name, ref in report["references"].items():
         lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | | | {_changed_score(ref)} |")
+    response = action_response(report["references"])
+    if response:
+        lines += ["", action_response_text(response)]
     by = RANKED_BY_TEXT[c.get("ranked_by", "mean_score")]
     lines += ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** ({by}) {_correlation_text(c)} " + c.get("note", "")]
     mean_score = report.get("correlation_by_aggregate", {}).get("mean_score")
@@ -650,7 +689,7 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
                      "solver": wm.solver, "guidance": wm.guidance, "shift": wm.shift_for(eps[0].frames[0]),
                      "policy_steps": policy_steps, "chunk_length": wm.chunk_length, "fps": wm.fps},
         "state_model": {key: fit for key, (_, fit) in state_models.items()},
-        "policies": rows, "references": reference_scores(wm, eps, steps, score, seed), **_correlations(rows),
+        "policies": rows, "references": reference_scores(wm, eps, steps, score, seed, state_models), **_correlations(rows),
         "files": files + ["report.json", "report.md"],
     })
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
