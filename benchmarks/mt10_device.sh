@@ -36,7 +36,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, twice its learning rate and half its batch,
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe and its video objective on every 2nd / 4th frame,
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT[/NOISE]]]:..." trains a variant on a recording of other cameras, frame size, pixel format or expert noise)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
@@ -338,17 +338,21 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
   # host as the policy and the world model do in PHASE=1, so compare them with each other, not with PHASE=1's numbers.
   # default, all on the recording of $CAMERA (4:4:4 by default), each also in the held-out expert states (open loop):
-  # the recipe (with its conv stem and Fourier frame positions since the twenty-sixth session); twice its learning
-  # rate (lr2x) and half its batch (b05x): at a fixed box the policy is step-bound (twenty-seventh session, H100:
-  # batch 512 took half the steps and scored 0.46 against the recipe's 0.56, its curve still rising), so these ask
-  # whether it learns faster per step or takes more steps per second. All three fit one H100. Measured before: twice
-  # and four times the batch "b2x:$val --set trainer.samples_per_step=512" (above; b4x, 1,024, ran out of memory
-  # beside the other two on an H100: H200 only). Others measured: the 4x
+  # the recipe (with its conv stem and Fourier frame positions since the twenty-sixth session) and two cheaper steps:
+  # at a fixed box the policy is step-bound (twenty-seventh session, H100: batch 512 took half the steps and scored
+  # 0.46 against the recipe's 0.56, its curve still rising), and 320 of a sample's 383 tokens are future video. s2
+  # (`diffusion.future_video_stride=2`: two future latent frames of every second frame, 255 tokens) and s4 (stride 4:
+  # one latent frame of frames 4, 8, 12, 16, 191 tokens) keep the chunk's whole horizon in the video objective; on the
+  # tiny push testbed at equal steps they scored 5/20 and 2/20 (best reward 2.77 and 1.35) against the recipe's 1/20
+  # (1.04), 1.6x and 2.3x cheaper a step (RESULTS.md, twenty-seventh session). All three fit one H100. Measured
+  # before: twice and four times the batch "b2x:$val --set trainer.samples_per_step=512" (above; b4x, 1,024, ran out
+  # of memory beside the other two on an H100: H200 only). Also ready: the first future latent frame only
+  # "f1:$val --set diffusion.future_video_latents=1" (3/20, 2.02 on the testbed). Others measured: the 4x
   # finer grid "g16:$val --set model.pixel_spatial_factor=2" (on the tiny push testbed it lost the puck's x, 38%
   # against 96%, at the same samples), chunk 8 "c8:$val --set data.chunk_length=8", the recipe without the stem and
   # frame positions "plain:$val --set model.vision_stem=none --set model.frame_positions=none"
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;lr2x:$val --set optimizer.lr=2e-3;b05x:$val --set trainer.samples_per_step=$(( BATCH / 2 ))"}
+  local variants=${VARIANTS:-"base:$val;s2:$val --set diffusion.future_video_stride=2;s4:$val --set diffusion.future_video_stride=4"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once

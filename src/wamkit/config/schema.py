@@ -213,6 +213,11 @@ class DiffusionConfig:
     # K = 2), the video objective then covering the chunk's first 4K frames. Policy mode only (a world model's
     # future frames are its output).
     future_video_latents: int = 0
+    # Frames between the video frames a policy sample's future latents stack (each latent frame holds 4). 1: consecutive
+    # frames. S > 1: every S-th, so fewer latent frames reach as far (T = 16, S = 4: one latent frame of frames 4, 8,
+    # 12, 16: 191 tokens, the chunk's end still shown). With future_video_latents = 0: T / (4 S) of them. Policy mode,
+    # models trained from scratch (a pretrained Cosmos3 reads frame times from fps, which a stride would mislabel).
+    future_video_stride: int = 1
 
 
 @dataclass
@@ -489,17 +494,25 @@ class ExperimentConfig:
         return raw
 
     def _validate_future_video_latents(self) -> None:
-        k, most = self.diffusion.future_video_latents, self.data.chunk_length // 4
+        k, s, t = self.diffusion.future_video_latents, self.diffusion.future_video_stride, self.data.chunk_length
+        if s < 1 or t % (4 * s):
+            raise ConfigError("diffusion.future_video_stride", f"is {s}; data.chunk_length {t} must hold whole latent "
+                              "frames of 4 frames at that stride", f"use a stride S >= 1 with {t} divisible by 4 S (1, 2, 4 for 16)")
+        most = t // (4 * s)
         if not 0 <= k <= most:
-            raise ConfigError("diffusion.future_video_latents", f"is {k}; data.chunk_length {self.data.chunk_length} has "
-                              f"{most} future latent frames", f"use 0 (all of them) up to {most}")
-        if k and self.model.mode != "policy":
-            raise ConfigError("diffusion.future_video_latents", f"is {k} with model.mode = {self.model.mode!r}",
-                              "a world model's future frames are its output: keep 0 outside model.mode = 'policy'")
-        if k and self.data.latent_cache:
-            raise ConfigError("diffusion.future_video_latents", f"is {k} with data.latent_cache set",
+            raise ConfigError("diffusion.future_video_latents", f"is {k}; data.chunk_length {t} has {most} future latent "
+                              f"frames at diffusion.future_video_stride {s}", f"use 0 (all of them) up to {most}")
+        if (k or s > 1) and self.model.mode != "policy":
+            raise ConfigError("diffusion.future_video_latents", f"= {k}, future_video_stride = {s} with model.mode = "
+                              f"{self.model.mode!r}", "a world model's future frames are its output: keep 0 and 1 outside "
+                              "model.mode = 'policy'")
+        if (k or s > 1) and self.data.latent_cache:
+            raise ConfigError("diffusion.future_video_latents", f"= {k}, future_video_stride = {s} with data.latent_cache set",
                               "`wamkit data cache-latents` stores every latent frame of a window: train from the videos "
-                              "(data.latent_cache = '') or keep 0")
+                              "(data.latent_cache = '') or keep 0 and 1")
+        if s > 1 and self.checkpoint.load_path:
+            raise ConfigError("diffusion.future_video_stride", f"is {s} with checkpoint.load_path = {self.checkpoint.load_path!r}",
+                              "a pretrained Cosmos3 reads frame times from fps, which strided clips mislabel: keep 1 to fine-tune a base")
 
     def _validate_modes_and_lora(self) -> None:
         weights = self.model.mode_weights

@@ -35,11 +35,12 @@ class TrainingSample:
 
 class SampleTransform:
     """Window -> TrainingSample: normalize, pad to max_action_dim, compose the cameras (`canvas`,
-    default: side by side at native resolution); `video_frames` > 0 keeps the window's first that many frames
-    (`diffusion.future_video_latents`: wamkit.model.tokenizer.sample_frames)."""
+    default: side by side at native resolution); `frame_indices` keeps only those of the window's frames
+    (`diffusion.future_video_latents` / `future_video_stride`: wamkit.model.tokenizer.sample_frame_indices)."""
 
     def __init__(self, action_normalizer: Normalizer, state_normalizer: Normalizer | None, max_action_dim: int,
-                 use_state: bool, domain_id: int, canvas: CanvasTransform | None = None, video_frames: int = 0):
+                 use_state: bool, domain_id: int, canvas: CanvasTransform | None = None,
+                 frame_indices: list[int] | None = None):
         if max_action_dim < 1:
             raise DataError("model.max_action_dim", f"is {max_action_dim}", "set a positive max_action_dim")
         if use_state and state_normalizer is None:
@@ -48,7 +49,7 @@ class SampleTransform:
         self.action_normalizer, self.state_normalizer = action_normalizer, state_normalizer
         self.max_action_dim, self.use_state, self.domain_id = int(max_action_dim), bool(use_state), int(domain_id)
         self.canvas = canvas or CanvasTransform()
-        self.video_frames = int(video_frames)
+        self.frame_indices = list(frame_indices) if frame_indices is not None else None
         self._check_dim(action_normalizer.dim, action_normalizer.key)
         if use_state:
             self._check_dim(state_normalizer.dim, state_normalizer.key)
@@ -63,10 +64,11 @@ class SampleTransform:
         return torch.nn.functional.pad(x, (0, self.max_action_dim - x.shape[-1]))
 
     def _kept(self, video):
-        """The window's cameras ([V, T+1, H, W, 3], or one [T+1, H, W, 3] a camera) cut to their first video_frames."""
-        if not self.video_frames:
+        """The window's cameras ([V, T+1, H, W, 3], or one [T+1, H, W, 3] a camera), only the frames at frame_indices."""
+        if self.frame_indices is None:
             return video
-        return [v[:self.video_frames] for v in video] if isinstance(video, (list, tuple)) else video[:, :self.video_frames]
+        at = self.frame_indices
+        return [v[at] for v in video] if isinstance(video, (list, tuple)) else video[:, at]
 
     def __call__(self, window: Window) -> TrainingSample:
         action = window.action.float()

@@ -18,7 +18,7 @@ from wamkit.diffusion.flow import guided_velocity, shift_sigma
 from wamkit.diffusion.rtc import InpaintTarget, guided_velocities
 from wamkit.model.denoise import DenoisingForward
 from wamkit.model.packing import SequenceSample
-from wamkit.model.tokenizer import latent_frames, sample_frames
+from wamkit.model.tokenizer import future_latent_frames
 
 
 @dataclass
@@ -83,7 +83,7 @@ def sample_policy(
     shift: float, generator: torch.Generator | list[torch.Generator], fps: float, guidance: float = 1.0,
     uncond_prompt: str = "", cache_text: bool = True, video_prediction: str = "velocity",
     action_prediction: str = "velocity", reuse_text_kv: bool = False, noise_scale: float = 1.0,
-    future_latents: int = 0,
+    future_latents: int = 0, future_stride: int = 1,
 ) -> torch.Tensor:
     """Sample one action chunk per observation; returns normalized actions [B, T, max_action_dim]
     (channels >= each observation's action_dim are zero).
@@ -97,8 +97,9 @@ def sample_policy(
     `video_prediction` / `action_prediction`: what the network's video / action outputs are (the
     run's `diffusion.video_prediction` / `action_prediction`). An observation with `inpaint` is
     steered towards its committed actions (real-time chunking, wamkit.diffusion.rtc): one extra
-    backward per denoising step through the pack. `future_latents`: the future latent frames generated beside
-    the actions (the run's `diffusion.future_video_latents`; 0: the whole chunk's). `noise_scale` multiplies the noise the chunk (video and
+    backward per denoising step through the pack. `future_latents` / `future_stride`: the future latent
+    frames generated beside the actions (the run's `diffusion.future_video_latents` / `future_video_stride`; 0 / 1:
+    the whole chunk's). `noise_scale` multiplies the noise the chunk (video and
     actions) starts from: 1 samples the trained distribution, < 1 nearer its mode, 0 gives the same chunk
     for every seed (the draws are made either way, so a generator advances alike)."""
     if not noise_scale >= 0:
@@ -117,7 +118,7 @@ def sample_policy(
     # encoded alone), so encoding the observed frame by itself gives exactly training's frame-0
     # latent; the other 1 + T/4 - 1 latent frames start as noise. One encoder call per frame size.
     first_latents = _encode_first_frames(video_tokenizer, [o.frame for o in observations])
-    t = latent_frames(sample_frames(observations[0].chunk_length, future_latents))
+    t = 1 + future_latent_frames(observations[0].chunk_length, future_latents, future_stride)
     x0_frames, videos, rows, masks, clean_rows = [], [], [], [], []
     for obs, gen, first in zip(observations, gens, first_latents):
         mask = torch.zeros(max_action_dim)

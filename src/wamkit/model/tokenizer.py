@@ -53,10 +53,20 @@ def latent_frames(num_frames: int) -> int:
     return 1 + (num_frames - 1) // TEMPORAL_FACTOR
 
 
-def sample_frames(chunk_length: int, future_latents: int = 0) -> int:
-    """Video frames one sample carries: all T+1 of its chunk, or with `future_latents` K > 0
-    (`diffusion.future_video_latents`) the observed frame and the next 4K, i.e. 1 + K latent frames."""
-    return chunk_length + 1 if future_latents <= 0 else 1 + TEMPORAL_FACTOR * future_latents
+def future_latent_frames(chunk_length: int, future_latents: int = 0, stride: int = 1) -> int:
+    """Future latent frames one sample carries beside its actions (`diffusion.future_video_latents` K and
+    `diffusion.future_video_stride` S): K, or with K = 0 as many as the chunk holds at that stride, T / (4 S)."""
+    return future_latents if future_latents > 0 else chunk_length // (TEMPORAL_FACTOR * stride)
+
+
+def sample_frame_indices(chunk_length: int, future_latents: int = 0, stride: int = 1) -> list[int] | None:
+    """Which of a window's T+1 frames one sample carries: None for all of them; else the observed frame 0 and
+    every S-th frame after it, four per future latent frame (K = 1, S = 4, T = 16: frames 0, 4, 8, 12, 16: one
+    latent frame that reaches the chunk's end)."""
+    if future_latents <= 0 and stride <= 1:
+        return None
+    k = future_latent_frames(chunk_length, future_latents, stride)
+    return list(range(0, TEMPORAL_FACTOR * k * stride + 1, stride))
 
 
 def _to_unit_range(video: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,12 @@ class ContractModel:
         return int(self.loaded.diffusion.get("future_video_latents", 0) or 0)
 
     @property
+    def future_video_stride(self) -> int:
+        """Frames between the video frames the policy's future latents stack (the run's `diffusion.future_video_stride`;
+        1, and older runs: consecutive frames)."""
+        return int(self.loaded.diffusion.get("future_video_stride", 1) or 1)
+
+    @property
     def action_prediction(self) -> str:
         """What the network's action output is (the run's `diffusion.action_prediction`; older runs: velocity)."""
         return str(self.loaded.diffusion.get("action_prediction", "velocity"))

@@ -272,6 +272,7 @@ class Policy(ContractModel):
             guidance=self.guidance if guidance is None else guidance, cache_text=self.cache_text,
             video_prediction=self.video_prediction, action_prediction=self.action_prediction,
             reuse_text_kv=self.cache_text, noise_scale=self.noise_scale, future_latents=self.future_video_latents,
+            future_stride=self.future_video_stride,
         )
 
     def predict(self, observations: list[Mapping], seed: int | torch.Generator = 0, num_steps: int | None = None,

@@ -17,7 +17,7 @@ from wamkit.data.selection import KeepRanges, NoWindowsKept
 from wamkit.data.writer import recorded_sim_camera
 from wamkit.errors import DataError
 from wamkit.model.text_tokenizer import resolve_text_tokenizer, warn_truncated_prompts
-from wamkit.model.tokenizer import sample_frames
+from wamkit.model.tokenizer import sample_frame_indices
 
 
 def open_dataset(cfg) -> LeRobotV3Dataset:
@@ -70,7 +70,8 @@ def build_run_data(cfg) -> RunData:
     check_constant_channels(dataset, [action_norm, state_norm])  # stats that call a varying channel constant
     canvas = CanvasTransform.from_config(cfg.data, cameras or dataset.camera_keys)
     transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id,
-                                canvas=canvas, video_frames=sample_frames(cfg.data.chunk_length, cfg.diffusion.future_video_latents))
+                                canvas=canvas, frame_indices=sample_frame_indices(
+                                    cfg.data.chunk_length, cfg.diffusion.future_video_latents, cfg.diffusion.future_video_stride))
     contract = {
         "dataset": str(dataset.root),
         "fps": dataset.fps,

@@ -210,11 +210,11 @@ def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int
     its video patches carry (channels x patch area each), which the estimate counts apart from tokens."""
     import math
 
-    from wamkit.model.tokenizer import TEMPORAL_FACTOR, latent_channels_for
+    from wamkit.model.tokenizer import future_latent_frames, latent_channels_for
 
     factor = 16 if cfg.model.tokenizer == "wan2.2" else cfg.model.pixel_spatial_factor
     patch = model_config.latent_patch_size
-    frames = 1 + (cfg.diffusion.future_video_latents or cfg.data.chunk_length // TEMPORAL_FACTOR)
+    frames = 1 + future_latent_frames(cfg.data.chunk_length, cfg.diffusion.future_video_latents, cfg.diffusion.future_video_stride)
     per_frame = math.ceil(canvas_hw[0] / factor / patch) * math.ceil(canvas_hw[1] / factor / patch)
     actions = cfg.data.chunk_length + int(cfg.data.use_state)
     latent_positions = frames * per_frame * patch**2
