@@ -151,7 +151,7 @@ def test_changed_region_scores_the_moved_object_not_the_background():
                        PE.goal_psnr(torch.stack([stayed]), goal))
 
 
-def test_swapped_actions_drive_each_episode_with_the_next_ones_cut_or_held():
+def test_swapped_actions_drive_each_episode_with_the_one_half_the_list_away_cut_or_held():
     def ep(i, n):
         return PE.EpisodeData(i, torch.zeros(n, 4, 4, 3, dtype=torch.uint8), np.arange(n * 2, dtype=np.float32).reshape(n, 2) + 100 * i,
                               None, TASK)
@@ -161,6 +161,8 @@ def test_swapped_actions_drive_each_episode_with_the_next_ones_cut_or_held():
     assert [s.episode for s in swapped] == [0, 1] and all(s.frames is e.frames for s, e in zip(swapped, eps))
     np.testing.assert_array_equal(swapped[0].actions, eps[1].actions[:3])  # the longer one's cut to length
     np.testing.assert_array_equal(swapped[1].actions, np.concatenate([eps[0].actions, eps[0].actions[-1:].repeat(2, 0)]))
+    four = [ep(i, 4) for i in range(4)]  # e.g. two tasks of two episodes each, listed by index
+    assert [int(s.actions[0, 0]) // 100 for s in PE.swapped_actions(four)] == [2, 3, 0, 1]  # always the other task
 
 
 def test_sim_report_errors(tmp_path):

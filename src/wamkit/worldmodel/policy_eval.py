@@ -400,10 +400,12 @@ def score_policy(policy, wm: WorldModel, dataset: LeRobotV3Dataset, eps: list[Ep
 
 
 def swapped_actions(eps: list[EpisodeData]) -> list[EpisodeData]:
-    """Each episode with the next one's recorded actions (cut to its length, or its last action held)."""
-    out = []
+    """Each episode with the recorded actions of the one half the list away (cut to its length, or its last action
+    held): episodes listed by index are grouped by task in a multi-task recording, so the swap crosses tasks where
+    the next episode would often be a nearby placement of the same task (a weak contrast)."""
+    out, apart = [], max(1, len(eps) // 2)
     for i, ep in enumerate(eps):
-        other, n = eps[(i + 1) % len(eps)].actions[:len(ep.actions)], len(ep.actions)
+        other, n = eps[(i + apart) % len(eps)].actions[:len(ep.actions)], len(ep.actions)
         out.append(replace(ep, actions=np.pad(other, ((0, n - len(other)), (0, 0)), mode="edge")))
     return out
 
