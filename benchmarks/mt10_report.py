@@ -174,7 +174,7 @@ def judge_summary(report_path: Path) -> dict | None:
     summary["references"] = {name: ref["score"] for name, ref in report.get("references", {}).items()}
     from wamkit.worldmodel.policy_eval import action_response  # torch: only where a judge report is read
 
-    summary["action_response"] = action_response(report.get("references", {})) if report.get("references") else None
+    summary["action_response"] = action_response(report.get("references", {}))  # None without the swapped reference
     return summary
 
 

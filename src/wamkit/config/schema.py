@@ -502,11 +502,12 @@ class ExperimentConfig:
         if not 0 <= k <= most:
             raise ConfigError("diffusion.future_video_latents", f"is {k}; data.chunk_length {t} has {most} future latent "
                               f"frames at diffusion.future_video_stride {s}", f"use 0 (all of them) up to {most}")
-        if (k or s > 1) and self.model.mode != "policy":
+        cut = k > 0 or s > 1  # the samples carry fewer future frames than the chunk has
+        if cut and self.model.mode != "policy":
             raise ConfigError("diffusion.future_video_latents", f"= {k}, future_video_stride = {s} with model.mode = "
                               f"{self.model.mode!r}", "a world model's future frames are its output: keep 0 and 1 outside "
                               "model.mode = 'policy'")
-        if (k or s > 1) and self.data.latent_cache:
+        if cut and self.data.latent_cache:
             raise ConfigError("diffusion.future_video_latents", f"= {k}, future_video_stride = {s} with data.latent_cache set",
                               "`wamkit data cache-latents` stores every latent frame of a window: train from the videos "
                               "(data.latent_cache = '') or keep 0 and 1")
