@@ -316,9 +316,14 @@ def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
     ("forward_dynamics", True, {"video_prediction": "x0"}), ("inverse_dynamics", True, {}),
     ("policy", True, {"action_sigma": "independent", "action_shift": 3.0, "action_prediction": "x0", "x0_loss_weighting": "velocity"}),
 ])
-def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion):
+@pytest.mark.parametrize("keyed", [False, True], ids=["generator_noise", "keyed_noise"])
+def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion, keyed, monkeypatch):
     """Samples of one shape take the stacked path (one merged pack, batched noising and losses): the
-    same noise, losses and gradients as the per-sample path, which mixed batches still take."""
+    same noise, losses and gradients as the per-sample path, which mixed batches still take. Also with
+    the GPU's keyed noise (wamkit.diffusion.keyed_noise), forced here on the CPU."""
+    from wamkit.diffusion import keyed_noise
+
+    monkeypatch.setattr(keyed_noise, "use_keyed", lambda device: keyed)
     samples = [TrainingSample(**{**s.__dict__, "domain_id": 1}) for s in _samples(4, with_state=with_state)]
     results = []
     for stacked in (False, True):

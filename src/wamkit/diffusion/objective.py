@@ -19,6 +19,7 @@ import torch
 
 from wamkit.data.augment import draw_shifts, shift_clips
 from wamkit.diffusion.flow import add_noise, resolution_shift, sigmas_from_normals, to_video_residual, x0_loss_weight
+from wamkit.diffusion.keyed_noise import ACTION_STREAM, VIDEO_STREAM, sample_normals
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.flops import encode_flops, generation_weights_train, sequence_flops
@@ -168,19 +169,17 @@ class ModeObjective:
         mode = self.mode
         self.last_modes = [mode] * len(samples)
         sigmas, action_sigmas = self._noise_levels(generators, shift)
-        video_noise, action_noise = [], []
-        for sample, x0, generator in zip(samples, latents, generators):
-            noise_gen = tensor_generator(generator, device)
-            video_noise.append(torch.randn(x0.shape, generator=noise_gen, device=device))
-            rows_shape = (sample.actions.shape[0] + (sample.state is not None), sample.actions.shape[1])
-            action_noise.append(torch.randn(rows_shape, generator=noise_gen, device=device))
+        first = samples[0]
+        rows_shape = (first.actions.shape[0] + (first.state is not None), first.actions.shape[1])
+        video_noise = sample_normals(generators, tuple(latents[0].shape), VIDEO_STREAM, device)
+        action_noise = sample_normals(generators, rows_shape, ACTION_STREAM, device)
         x0 = torch.stack(latents)  # [B, C, T, h, w]
         rows = _stacked_rows(samples).to(device, non_blocking=True)  # [B, L, D]: state row first when there is one
         masks = torch.stack([s.action_mask for s in samples]).to(device=device, dtype=rows.dtype, non_blocking=True)  # [B, D]
         sigma = torch.tensor(sigmas, dtype=torch.float32).to(device, non_blocking=True)
         action_sigma = sigma if action_sigmas == sigmas else torch.tensor(action_sigmas, dtype=torch.float32).to(device, non_blocking=True)
-        noisy_video, video_velocity = add_noise(x0, sigma.view(-1, 1, 1, 1, 1), torch.stack(video_noise))
-        noisy_rows, action_velocity = add_noise(rows, action_sigma.view(-1, 1, 1), torch.stack(action_noise) * masks[:, None])
+        noisy_video, video_velocity = add_noise(x0, sigma.view(-1, 1, 1, 1, 1), video_noise)
+        noisy_rows, action_velocity = add_noise(rows, action_sigma.view(-1, 1, 1), action_noise * masks[:, None])
         has_state = samples[0].state is not None
         clean_frames = list(range(x0.shape[2])) if mode == "inverse_dynamics" else [0]
         clean_rows = list(range(rows.shape[1])) if mode == "forward_dynamics" else ([0] if has_state else [])
@@ -257,8 +256,7 @@ class ModeObjective:
         # numbers in every mode; clean positions are then overwritten with their clean values.
         action_sigma = sigma if action_sigma is None else action_sigma
         device = x0.device
-        noise_gen = tensor_generator(generator, device)
-        video_noise = torch.randn(x0.shape, generator=noise_gen, device=device)
+        video_noise = sample_normals([generator], tuple(x0.shape), VIDEO_STREAM, device)[0]
         noisy_video, video_velocity = add_noise(x0, sigma, video_noise)
         video_target, video_weight = self._target(self.video_prediction, x0, video_velocity, sigma)
         clean_frames = list(range(x0.shape[1])) if mode == "inverse_dynamics" else [0]
@@ -269,7 +267,7 @@ class ModeObjective:
         if has_state:
             rows = torch.cat([sample.state.to(device, non_blocking=True).unsqueeze(0), rows])
         mask = sample.action_mask.to(device=device, dtype=rows.dtype, non_blocking=True)
-        action_noise = torch.randn(rows.shape, generator=noise_gen, device=device) * mask
+        action_noise = sample_normals([generator], tuple(rows.shape), ACTION_STREAM, device)[0] * mask
         noisy_rows, action_velocity = add_noise(rows, action_sigma, action_noise)
         action_target, action_weight = self._target(self.action_prediction, rows, action_velocity, action_sigma)
         clean_rows = list(range(rows.shape[0])) if mode == "forward_dynamics" else ([0] if has_state else [])
@@ -386,19 +384,6 @@ def index_of(positions: list[int], device: torch.device) -> slice | torch.Tensor
     if positions == list(range(first, first + len(positions))):
         return slice(first, first + len(positions))
     return torch.tensor(positions, dtype=torch.long).to(device, non_blocking=True)
-
-
-def tensor_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:
-    """The generator a sample's noise tensors are drawn from, on the device they live on.
-
-    On the CPU it is the sample's own generator (one stream for scalars and tensors, as always). On a
-    GPU it is a device generator seeded like the sample's, so the noise is still a function of
-    (seed, global sample position) -- N ranks equal 1 rank, resume is exact -- and no noise tensor
-    crosses from the host; the scalar draws (noise level, mode, target chunk) stay on the host
-    generator, which keeps them off the GPU's critical path."""
-    if device.type == "cpu":
-        return generator
-    return torch.Generator(device=device).manual_seed(generator.initial_seed())
 
 
 # The original name: a ModeObjective in its default policy mode.

@@ -96,6 +96,32 @@ def site_of(event) -> str:
     return "(other)"
 
 
+def sites_by_time(events, wanted) -> dict[int, str]:
+    """The innermost wamkit or diffusers Python frame around each `wanted` event, found by time on the
+    event's thread rather than by parent links (on the GPU host's Python 3.12 the links never reached a
+    frame and every op read "(other)"). Events outside any such frame (torch's own, the autograd
+    thread's backward) read "(other)". Keys are id() of the events."""
+    by_thread = defaultdict(list)
+    for e in events:
+        frame = _FRAME.search(e.name)
+        if frame:
+            by_thread[e.thread].append((e.time_range.start, 0, -e.time_range.end, f"{frame.group(1)}:{frame.group(2)}", e))
+        elif wanted(e):
+            by_thread[e.thread].append((e.time_range.start, 1, 0, "", e))
+    sites = {}
+    for timeline in by_thread.values():
+        timeline.sort(key=lambda row: row[:3])
+        open_frames: list[tuple[int, str]] = []  # (end, site), innermost last
+        for start, kind, neg_end, site, e in timeline:
+            while open_frames and open_frames[-1][0] < start:
+                open_frames.pop()
+            if kind == 0:
+                open_frames.append((-neg_end, site))
+            else:
+                sites[id(e)] = open_frames[-1][1] if open_frames else "(other)"
+    return sites
+
+
 def _top_level_op(e) -> bool:
     return e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
 
@@ -108,13 +134,14 @@ def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12,
     busy_ms = per(sum(k.time_range.elapsed_us() for k in kernels) / 1e3)
     step_ms = per(wall_s * 1e3)
     by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
+    sites = sites_by_time(events, lambda e: _top_level_op(e) or e.name in LAUNCHES)
     for e in events:
         if _top_level_op(e):
-            site = by_site[site_of(e)]
+            site = by_site[sites[id(e)]]
             site[0] += 1
             site[2] += e.cpu_time_total / 1e3
         elif e.name in LAUNCHES:
-            by_site[site_of(e)][1] += 1
+            by_site[sites[id(e)]][1] += 1
     ops, launches = (sum(v[i] for v in by_site.values()) for i in (0, 1))
     bound = ("GPU-bound" if busy_ms > 0.8 * step_ms else "host-bound") if kernels else "no GPU kernels (CPU run)"
     lines = [f"profile of {label} ({steps} {unit}s): {step_ms:.1f} ms a {unit}, GPU kernels busy {busy_ms:.1f} ms "
