@@ -151,3 +151,28 @@ def test_receiving_a_window_over_an_attached_slot_costs_one_tensor_op(pool, monk
     ops = [e.name for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
     by_value = ops.count("aten::lift_fresh")  # the window's small tensors (torch.from_numpy)
     assert ops.count("aten::as_strided") == 1 and len(ops) == 1 + by_value, ops
+
+
+def test_a_transforms_new_frames_travel_in_a_slot(pool, monkeypatch):
+    """Frames kept by a future-video stride are a new tensor: copied into a slot of the pool, they are lent
+    by name like a decoded window instead of torch's fresh shared-memory file per sample (a socket
+    handshake each in the training process: 0.3 s of every MT10 step's data wait)."""
+    attaches, real = [], frame_pool.rebuild_storage_filename
+    monkeypatch.setattr(frame_pool, "rebuild_storage_filename", lambda *a: attaches.append(a) or real(*a))
+    monkeypatch.setattr(frame_pool, "_attached", frame_pool._Attached(frame_pool.MAX_POOL_BYTES))
+    norm = Normalizer("action", "none", {})
+    transform = SampleTransform(norm, None, 2, False, 0, frame_indices=[0, 2])
+    for value in (1, 2, 3):
+        video = frame_buffer((1, *SHAPE)).copy_(torch.arange(math.prod(SHAPE)).view(1, *SHAPE) % 100 + value)
+        window = Window(video, None, torch.zeros(2, 2), "task", 0, 0)
+        sample = transform(window)
+        assert pool.slot_of(sample.video) is not None  # the kept frames sit in a slot
+        got = _send(sample)
+        assert torch.equal(got.video, video[0, [0, 2]])
+        del got, sample, window, video
+        gc.collect()
+    assert len(attaches) <= 2  # each slot attached once: the window's and the kept frames'
+    outside = frame_pool.pooled(torch.zeros(2, 3, dtype=torch.uint8))
+    monkeypatch.setattr(frame_pool, "get_worker_info", lambda: None)
+    plain = torch.zeros(2, 3, dtype=torch.uint8)
+    assert frame_pool.pooled(plain) is plain and pool.slot_of(outside) is not None

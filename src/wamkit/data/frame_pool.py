@@ -142,6 +142,20 @@ def frame_buffer(shape: tuple[int, ...]) -> torch.Tensor:
     return _pool.buffer(tuple(shape))
 
 
+def pooled(video):
+    """`video` over a slot of this worker's pool, so that it is lent by name (`lend`). A transform's new
+    tensor (the frames a future-video stride keeps, a composed canvas) is copied into a slot here: torch's
+    reducer would otherwise move it into a fresh shared-memory file per sample whose descriptor the
+    training process fetches over a socket (0.26-0.33 s of data wait in every 256-sample MT10 step with
+    `diffusion.future_video_stride`, one H100, 2026-12-05). Outside a worker, for a tensor already over a
+    slot, or for anything but one uint8 tensor, `video` itself."""
+    if not isinstance(video, torch.Tensor) or video.dtype != torch.uint8 or get_worker_info() is None:
+        return video
+    if _pool.slot_of(video) is not None:
+        return video
+    return frame_buffer(tuple(video.shape)).copy_(video)
+
+
 def ship_from_workers(cls):
     """Class decorator (Window, TrainingSample): pickled for a multiprocessing queue, as a DataLoader
     worker's results are, an instance sends its frames (`video`) lent from the worker's pool and its

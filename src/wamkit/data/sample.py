@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from wamkit.data.canvas import CanvasTransform
-from wamkit.data.frame_pool import ship_from_workers
+from wamkit.data.frame_pool import pooled, ship_from_workers
 from wamkit.data.normalize import Normalizer
 from wamkit.data.windows import Window
 from wamkit.errors import DataError
@@ -82,6 +82,7 @@ class SampleTransform:
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
             first = window.state[0].float()
             state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
-        video = self.canvas(self._kept(window.video)).contiguous() if window.video is not None else None  # [V,T+1,H,W,3] -> [T+1,H',W',3]
+        # [V,T+1,H,W,3] -> [T+1,H',W',3]; in a loader worker over a slot of its frame pool (a new tensor is copied into one)
+        video = pooled(self.canvas(self._kept(window.video)).contiguous()) if window.video is not None else None
         return TrainingSample(video=video, actions=actions.float(), state=state if state is None
                               else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)

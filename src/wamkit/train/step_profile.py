@@ -9,6 +9,7 @@ beside metrics.jsonl for a closer look (chrome://tracing or ui.perfetto.dev)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -66,6 +67,11 @@ class StepProfile:
         trace = self.out_dir / f"profile_steps_{self.first_step}-{step}.json"
         prof.export_chrome_trace(str(trace))
         self.print(f"[wamkit] trace: {trace}", flush=True)
+        if not any(_FRAME.search(e.name) for e in prof.events()):  # Python 3.12: the frames are in the trace alone
+            self.print(f"[wamkit] by function, from the trace (ops / launches / host ms in those ops, a step):", flush=True)
+            by_site = trace_by_function(json.loads(trace.read_text())["traceEvents"])
+            for line in by_function_lines(by_site, steps):
+                self.print(f"[wamkit] {line}", flush=True)
 
 
 def _start(device: torch.device) -> tuple[profile, float]:
@@ -96,30 +102,50 @@ def site_of(event) -> str:
     return "(other)"
 
 
-def sites_by_time(events, wanted) -> dict[int, str]:
-    """The innermost wamkit or diffusers Python frame around each `wanted` event, found by time on the
-    event's thread rather than by parent links (on the GPU host's Python 3.12 the links never reached a
-    frame and every op read "(other)"). Events outside any such frame (torch's own, the autograd
-    thread's backward) read "(other)". Keys are id() of the events."""
+def trace_by_function(events: list[dict]) -> dict[str, list]:
+    """Top-level ops, kernel launches and the ops' host ms by the innermost wamkit or diffusers Python frame
+    around them, from a chrome trace's events (`traceEvents`), found by time on each thread. On the GPU
+    host's Python 3.12 the profiler's events carry no Python frames (prof.events() has none; only the
+    exported trace does), so the summary's attribution reads "(other)" there and this one does not.
+    Ops outside every such frame (torch's own, the autograd thread's backward) are "(other)"."""
     by_thread = defaultdict(list)
     for e in events:
-        frame = _FRAME.search(e.name)
-        if frame:
-            by_thread[e.thread].append((e.time_range.start, 0, -e.time_range.end, f"{frame.group(1)}:{frame.group(2)}", e))
-        elif wanted(e):
-            by_thread[e.thread].append((e.time_range.start, 1, 0, "", e))
-    sites = {}
+        cat, name = e.get("cat"), e.get("name", "")
+        if e.get("ph") != "X" or cat not in ("python_function", "cpu_op", "cuda_runtime"):
+            continue
+        frame = _FRAME.search(name) if cat == "python_function" else None
+        if (cat == "python_function" and not frame) or (cat == "cpu_op" and not name.startswith("aten::")):
+            continue  # torch's own frames; autograd nodes and annotations (the aten ops inside them count)
+        kind = 0 if frame else (1 if cat == "cpu_op" else 2)  # frame, op, runtime call
+        if kind == 2 and name not in LAUNCHES:
+            continue
+        site = f"{frame.group(1)}:{frame.group(2)}" if frame else ""
+        by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), kind, -float(e.get("dur", 0.0)), site))
+    by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
     for timeline in by_thread.values():
-        timeline.sort(key=lambda row: row[:3])
-        open_frames: list[tuple[int, str]] = []  # (end, site), innermost last
-        for start, kind, neg_end, site, e in timeline:
-            while open_frames and open_frames[-1][0] < start:
-                open_frames.pop()
+        timeline.sort()
+        frames: list[tuple[float, str]] = []  # open frames (end, site), innermost last
+        op_end = float("-inf")  # the end of the open top-level op: anything starting before it is nested
+        for start, kind, neg_dur, site in timeline:
+            while frames and frames[-1][0] <= start:
+                frames.pop()
+            here = by_site[frames[-1][1] if frames else "(other)"]
             if kind == 0:
-                open_frames.append((-neg_end, site))
-            else:
-                sites[id(e)] = open_frames[-1][1] if open_frames else "(other)"
-    return sites
+                frames.append((start - neg_dur, site))
+            elif kind == 1 and start >= op_end:
+                op_end = start - neg_dur
+                here[0] += 1
+                here[2] += -neg_dur / 1e3
+            elif kind == 2:
+                here[1] += 1
+    return by_site
+
+
+def by_function_lines(by_site: dict, steps: int, unit: str = "step", rows: int = 12) -> list[str]:
+    """The `rows` sites with the most host ms, a line each: ops / launches / host ms, per `unit`."""
+    per = lambda x: x / max(steps, 1)  # noqa: E731
+    return [f"  {site:64s} {per(n):7.0f} / {per(k):6.0f} / {per(ms):7.2f}"
+            for site, (n, k, ms) in sorted(by_site.items(), key=lambda kv: -kv[1][2])[:rows]]
 
 
 def _top_level_op(e) -> bool:
@@ -134,22 +160,20 @@ def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12,
     busy_ms = per(sum(k.time_range.elapsed_us() for k in kernels) / 1e3)
     step_ms = per(wall_s * 1e3)
     by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
-    sites = sites_by_time(events, lambda e: _top_level_op(e) or e.name in LAUNCHES)
     for e in events:
         if _top_level_op(e):
-            site = by_site[sites[id(e)]]
+            site = by_site[site_of(e)]
             site[0] += 1
             site[2] += e.cpu_time_total / 1e3
         elif e.name in LAUNCHES:
-            by_site[sites[id(e)]][1] += 1
+            by_site[site_of(e)][1] += 1
     ops, launches = (sum(v[i] for v in by_site.values()) for i in (0, 1))
     bound = ("GPU-bound" if busy_ms > 0.8 * step_ms else "host-bound") if kernels else "no GPU kernels (CPU run)"
     lines = [f"profile of {label} ({steps} {unit}s): {step_ms:.1f} ms a {unit}, GPU kernels busy {busy_ms:.1f} ms "
              f"({busy_ms / step_ms:.0%}): {bound}",
              f"per {unit}: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies; by function "
              f"(ops / launches / host ms in those ops, a {unit}):"]
-    for site, (n, k, ms) in sorted(by_site.items(), key=lambda kv: -kv[1][2])[:rows]:
-        lines.append(f"  {site:64s} {per(n):7.0f} / {per(k):6.0f} / {per(ms):7.2f}")
+    lines += by_function_lines(by_site, steps, unit, rows)
     if kernels:
         gpu = defaultdict(float)
         for k in kernels:
