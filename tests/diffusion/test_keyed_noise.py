@@ -57,3 +57,4 @@ def test_bad_requests_are_refused():
         keyed_normals([1], (3,), 2, CPU)
     with pytest.raises(ValueError, match="2\\*\\*29"):
         keyed_normals([1], (1 << 15, 1 << 14), VIDEO_STREAM, CPU)
+

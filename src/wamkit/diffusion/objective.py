@@ -84,11 +84,12 @@ class ModeObjective:
             groups[tuple(v.shape)].append(i)
         latents: list[torch.Tensor | None] = [None] * len(videos)
         self.last_encode_flops = 0.0
+        device = next(self.model.parameters()).device
         with torch.no_grad():
             for indices in groups.values():
-                clips = torch.stack([videos[i] for i in indices])
+                clips = stacked_clips([videos[i] for i in indices], device)
                 if shifts is not None:
-                    clips = shift_clips(clips.to(next(self.model.parameters()).device, non_blocking=True), shifts[indices])
+                    clips = shift_clips(clips.to(device, non_blocking=True), shifts[indices])
                 self.last_encode_flops += encode_flops(self.video_tokenizer, tuple(clips.shape))
                 encoded = self.video_tokenizer.encode(clips)
                 for j, i in enumerate(indices):
@@ -384,6 +385,18 @@ def index_of(positions: list[int], device: torch.device) -> slice | torch.Tensor
     if positions == list(range(first, first + len(positions))):
         return slice(first, first + len(positions))
     return torch.tensor(positions, dtype=torch.long).to(device, non_blocking=True)
+
+
+def stacked_clips(clips: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The clips as one [B, ...] host tensor for the encoder. For a GPU it is stacked into page-locked memory
+    from torch's caching host allocator, whose blocks stay mapped from step to step (a fresh 53 MB batch of
+    MT10 clips page-faults: 19 ms to stack against 4 ms into mapped memory on the dev box) and whose copy to
+    the GPU runs asynchronously (a pageable copy holds the host: 6.9 ms a step on an H100, 2026-12-05).
+    The allocator reuses a block only once the copy that read it is done."""
+    if device.type != "cuda":
+        return torch.stack(clips)
+    out = torch.empty((len(clips), *clips[0].shape), dtype=clips[0].dtype, pin_memory=True)
+    return torch.stack(clips, out=out)
 
 
 # The original name: a ModeObjective in its default policy mode.
