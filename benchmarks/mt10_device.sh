@@ -197,10 +197,10 @@ held_covers() {  # CAMERAS[/PX[/PIX_FMT[/NOISE]]]: whether the held-out recordin
   for cam in ${cams//,/ }; do [[ ",$held_cams," == *",$cam,"* ]] || return 1; done
 }
 
-open_loop() {  # [RUN [NAME]]: a run's last policy (default: PHASE=1's) in the recorded expert's states, every task's
-  # held-out placements (OPEN_LOOP_EPS), else the run's validation episodes; report in $EV/NAME, log $LOG/NAME.log
+open_loop() {  # [RUN [NAME [FLAG...]]]: a run's last policy (default: PHASE=1's) in the recorded expert's states, every
+  # task's held-out placements (OPEN_LOOP_EPS), else the run's validation episodes; report in $EV/NAME, log $LOG/NAME.log
   local run=${1:-policy} name=${2:-open_loop} data=(); [ -f "$HELD/meta/info.json" ] && data=(--dataset "$HELD")
-  wamkit eval open-loop "$RUNS/$run" "${data[@]}" --device "$DEVICE" --out "$EV/$name" > "$LOG/$name.log" 2>&1 \
+  wamkit eval open-loop "$RUNS/$run" "${data[@]}" "${@:3}" --device "$DEVICE" --out "$EV/$name" > "$LOG/$name.log" 2>&1 \
     && tail -2 "$LOG/$name.log" || tail -5 "$LOG/$name.log"
 }
 
@@ -254,7 +254,8 @@ phase1() {
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
   # the same policy in the recorded expert's states, beside the end of the final closed loop (~30 s): with the closed
   # loop's expert trace, it tells a policy that cannot see the object from one that drifts off the data
-  open_loop > "$LOG/open_loop.out" 2>&1 &
+  # and again with every task shown the next task's text: does it read its task from the text or from the scene?
+  { open_loop; echo "swapped prompts:"; open_loop policy open_loop_swapped --swap-prompts; } > "$LOG/open_loop.out" 2>&1 &
   local open_pid=$!
   wait "$final_pid" || tail -20 "$LOG/eval_final.log"
   stamp "final closed loop done"

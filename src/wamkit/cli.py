@@ -276,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     ol.add_argument("--every", type=int, default=8, help="predict a chunk every this many recorded steps")
     ol.add_argument("--num-steps", type=int, default=10, help="policy denoising steps")
     ol.add_argument("--seed", type=int, default=0, help="noise seed")
+    ol.add_argument("--swap-prompts", action="store_true",
+                    help="show each task's episodes the next task's text: does the policy read its task from the text or the scene?")
     ol.add_argument("--out", help="output directory (default: eval/open_loop)")
     ol.add_argument("--device", default="auto", help=DEVICE_HELP)
     wmm = eval_sub.add_parser("wm-policy-merge", help="one ranking from wm-policy reports of the same world model, episodes and settings")
@@ -383,7 +385,7 @@ def _dispatch(args) -> int:
         from wamkit.eval.open_loop import open_loop_main
 
         return open_loop_main(args.path, args.dataset, args.episodes, args.horizon, args.every, args.seed, args.out,
-                              args.device, args.num_steps)
+                              args.device, args.num_steps, args.swap_prompts)
     if args.command == "eval" and args.eval_command == "sim":
         from wamkit.eval.suite import eval_sim_main
 

@@ -137,3 +137,31 @@ def test_a_one_camera_policy_is_shown_its_camera_from_a_recording_of_several(tmp
     policy.contract = {**contract, "sim_camera": "topview"}
     with pytest.raises(Exception, match="observation.images.front"):
         OL.load_recorded(ds, 0, policy)
+
+
+def test_swapped_prompts_show_each_task_the_next_tasks_text(run, tmp_path, capsys):
+    """--swap-prompts: does a multi-task policy read its task from the text or from the scene? Each task's
+    episodes are shown the next task's text (sorted, wrapping round); a single task has nothing to swap."""
+    assert OL.swapped_prompts(["push", "reach", "push", "door"]) == {"door": "push", "push": "reach", "reach": "door"}
+    with pytest.raises(WamkitError, match="(?s)2 or more tasks.*leave --swap-prompts out"):
+        OL.swapped_prompts(["reach", "reach"])
+
+    contract = json.loads((run / "data_contract.json").read_text())
+    ds = LeRobotV3Dataset(contract["dataset"])
+    ep = OL.load_recorded(ds, 0, SimpleNamespace(contract=contract, use_state=True, camera_keys=contract["camera_keys"]))
+    shown = []
+
+    class Prompted(_Scripted):
+        def predict(self, observations, seed=None):
+            shown.extend(o["prompt"] for o in observations)
+            return super().predict(observations, seed)
+
+    policy = Prompted(ep, lambda t: ep.actions[t:t + 8], contract)
+    OL.open_loop_episode(policy, ep, every=4, horizon=4, seed=0, prompt="open the door")
+    OL.open_loop_episode(policy, ep, every=4, horizon=4, seed=0)
+    n = len(OL.episode_windows(ep, 4, 4))
+    assert shown == ["open the door"] * n + [ep.task] * n
+    code = main(["eval", "open-loop", str(run), "--every", "6", "--horizon", "4", "--num-steps", "2", "--swap-prompts",
+                 "--device", "cpu", "--out", str(tmp_path / "ol")])  # the tiny run's recording has one task
+    assert code != 0 and "2 or more tasks" in capsys.readouterr().err
+    assert "Swapped prompts" in "\n".join(OL._prompt_lines({"push": "reach"})) and OL._prompt_lines("own") == []

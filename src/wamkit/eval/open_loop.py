@@ -66,13 +66,13 @@ def episode_windows(ep, every: int, horizon: int) -> list[int]:
     return list(range(0, len(ep.actions) - horizon + 1, every))
 
 
-def open_loop_episode(policy, ep, every: int, horizon: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def open_loop_episode(policy, ep, every: int, horizon: int, seed: int, prompt: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(predicted, recorded) actions [n * horizon, D] of one episode, one chunk per window, all windows
-    in one batched predict."""
+    in one batched predict; `prompt` replaces the episode's task text (`swapped_prompts`)."""
     starts = episode_windows(ep, every, horizon)
     if not starts:
         return np.zeros((0, ep.actions.shape[1])), np.zeros((0, ep.actions.shape[1]))
-    obs = [{"image": ep.image(t), "prompt": ep.task,
+    obs = [{"image": ep.image(t), "prompt": ep.task if prompt is None else prompt,
             "state": ep.states[t] if policy.use_state else None} for t in starts]
     chunks = policy.predict(obs, seed=seed + ep.episode)
     predicted = np.concatenate([np.asarray(c[:horizon], np.float64) for c in chunks])
@@ -87,16 +87,30 @@ def check_policy(policy, horizon: int, every: int) -> None:
         raise WamkitError("every", f"is {every}", "predict every 1 or more steps")
 
 
-def evaluate_open_loop(policy, dataset, episodes: list[int], horizon: int, every: int, seed: int = 0) -> dict:
-    """Agreement with the recorded actions per task and over all episodes; JSON-ready."""
+def swapped_prompts(tasks: list[str]) -> dict[str, str]:
+    """Each task -> the next one in sorted order: the text `--swap-prompts` shows a task's episodes. A policy
+    that reads its task text follows the expert less under it; one that tells the task from the scene alone
+    (as ACT and DP must: they see no text) follows it as before."""
+    names = sorted(set(tasks))
+    if len(names) < 2:
+        raise WamkitError("--swap-prompts", f"needs episodes of 2 or more tasks; these have {len(names)}",
+                          "pass --episodes of several tasks, or leave --swap-prompts out")
+    return {task: names[(i + 1) % len(names)] for i, task in enumerate(names)}
+
+
+def evaluate_open_loop(policy, dataset, episodes: list[int], horizon: int, every: int, seed: int = 0,
+                       swap_prompts: bool = False) -> dict:
+    """Agreement with the recorded actions per task and over all episodes; JSON-ready. With `swap_prompts`
+    each episode is shown another task's text (`swapped_prompts`), reported under its own task."""
     check_policy(policy, horizon, every)
+    prompts = swapped_prompts([dataset.episode_task(int(e)) for e in episodes]) if swap_prompts else {}
     action_key = policy.contract.get("action_key") or "action"
     names = tuple(dataset.channel_names(action_key))[: policy.action_dim]
     stats = (dataset.stats or {}).get(action_key)
     by_task: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for e in episodes:
         ep = load_recorded(dataset, int(e), policy)
-        by_task.setdefault(ep.task, []).append(open_loop_episode(policy, ep, every, horizon, seed))
+        by_task.setdefault(ep.task, []).append(open_loop_episode(policy, ep, every, horizon, seed, prompts.get(ep.task)))
     every_pair = [pair for pairs in by_task.values() for pair in pairs]
     bounds = _bounds(stats, every_pair)
 
@@ -105,6 +119,7 @@ def evaluate_open_loop(policy, dataset, episodes: list[int], horizon: int, every
 
     return {"format": "wamkit-open-loop-report", "version": 1, "policy": policy.loaded.source, "dataset": str(dataset.root),
             "episodes": [int(e) for e in episodes], "horizon": horizon, "every": every, "seed": seed, "names": list(names),
+            "prompts": prompts or "own",
             "all": summary(every_pair), "tasks": {task: summary(pairs) for task, pairs in by_task.items()}}
 
 
@@ -129,7 +144,7 @@ def write_report(report: dict, out_dir: Path) -> None:
              f"policy: `{report['policy']}`  ", f"dataset: `{report['dataset']}`  episodes: {report['episodes']}  ",
              f"a chunk every {report['every']} steps, its first {report['horizon']} actions against the recorded ones; per action "
              f"dimension the share of the expert's firm moves (|a| >= 0.2 of the half range) followed in direction, "
-             f"and the mean |difference| in half ranges", "",
+             f"and the mean |difference| in half ranges", *_prompt_lines(report.get("prompts", "own")), "",
              "| task | windows x actions | " + " | ".join(report["names"]) + " |",
              "| --- | ---: | " + " | ".join("---" for _ in report["names"]) + " |"]
     for task, r in [*report["tasks"].items(), ("**all**", report["all"])]:
@@ -137,6 +152,13 @@ def write_report(report: dict, out_dir: Path) -> None:
             cells = [f"{percent(s)} ({d})" for s, d in zip(r["same_direction"], r["mean_abs_diff"])]
             lines.append(f"| {task} | {r['steps']} | " + " | ".join(cells) + " |")
     (out_dir / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _prompt_lines(prompts) -> list[str]:
+    if prompts == "own":
+        return []
+    return ["", "**Swapped prompts** (`--swap-prompts`): each task's episodes were shown another task's text: "
+            + "; ".join(f"{task} <- \"{shown}\"" for task, shown in prompts.items())]
 
 
 def default_episodes(contract: dict, ds) -> list[int]:
@@ -149,7 +171,8 @@ def default_episodes(contract: dict, ds) -> list[int]:
 
 
 def open_loop_main(path: str, dataset: str | None = None, episodes=None, horizon: int | None = None, every: int = 8,
-                   seed: int = 0, out_dir: str | None = None, device: str = "auto", num_steps: int = 10) -> int:
+                   seed: int = 0, out_dir: str | None = None, device: str = "auto", num_steps: int = 10,
+                   swap_prompts: bool = False) -> int:
     """The CLI: load the policy, default to its training dataset's held-out episodes (every episode of another
     --dataset), print and write the report."""
     from wamkit.data import LeRobotV3Dataset
@@ -165,7 +188,7 @@ def open_loop_main(path: str, dataset: str | None = None, episodes=None, horizon
     if not chosen:
         raise WamkitError("--episodes", "are not given and the run held out no validation episodes",
                           "pass --episodes (episodes the policy did not train on)")
-    report = evaluate_open_loop(policy, ds, chosen, horizon or policy.chunk_length // 2 or 1, every, seed)
+    report = evaluate_open_loop(policy, ds, chosen, horizon or policy.chunk_length // 2 or 1, every, seed, swap_prompts)
     out = Path(out_dir or Path("eval") / "open_loop")
     write_report(report, out)
     for task, r in report["tasks"].items():
