@@ -38,24 +38,13 @@ def fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def _fmix32_int(h: int) -> int:
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & MASK32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & MASK32
-    return h ^ (h >> 16)
-
-
-def seed_keys(seeds: list[int]) -> list[list[int]]:
-    """Three 32-bit round keys per 64-bit seed (both halves of the seed reach every key)."""
-    keys = []
-    for seed in seeds:
-        seed &= (1 << 64) - 1
-        k1 = _fmix32_int((seed & MASK32) ^ 0x9E3779B9)
-        k2 = _fmix32_int((seed >> 32) ^ k1 ^ 0x7F4A7C15)
-        k3 = _fmix32_int(k1 ^ k2 ^ 0x2545F491)
-        keys.append([k1, k2, k3])
-    return keys
+def seed_keys(seeds: list[int]) -> torch.Tensor:
+    """[B, ROUNDS] int64 round keys of 32 bits for 64-bit seeds (both halves of a seed reach every key)."""
+    halves = torch.tensor([[s & MASK32, (s >> 32) & MASK32] for s in seeds], dtype=torch.int64).view(-1, 2)
+    k1 = fmix32(halves[:, 0] ^ 0x9E3779B9)
+    k2 = fmix32(halves[:, 1] ^ k1 ^ 0x7F4A7C15)
+    k3 = fmix32(k1 ^ k2 ^ 0x2545F491)
+    return torch.stack([k1, k2, k3], dim=1)
 
 
 def _bits(counters: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -99,7 +88,7 @@ def keyed_normals(seeds: list[int], shape: tuple[int, ...], stream: int, device:
         raise ValueError(f"keyed noise of {numel:,} elements a sample: at most {MAX_ELEMENTS - 1:,} (2**29 - 1)")
     if not 0 <= stream < STREAMS:
         raise ValueError(f"noise stream {stream}: use VIDEO_STREAM (0) or ACTION_STREAM (1)")
-    keys = torch.tensor(seed_keys(seeds), dtype=torch.int64).to(device, non_blocking=True)
+    keys = seed_keys(seeds).to(device, non_blocking=True)
     return _normals_fn(torch.device(device))(keys, numel, stream).view(len(seeds), *shape)
 
 
