@@ -63,3 +63,20 @@ def test_the_trace_attributes_ops_by_time_to_the_innermost_wamkit_frame():
     assert by_site["(other)"][:2] == [1, 0]
     lines = step_profile.by_function_lines(by_site, steps=1)
     assert "wamkit/train/trainer.py:train_step" in lines[0] and len(lines) == 3
+
+
+def test_a_rollout_profile_reads_its_table_from_a_trace_where_the_events_hold_no_frames(monkeypatch, capsys):
+    """Python 3.12 (the GPU host): the profiler's events carry no Python frames, so the rollout profile exports a
+    trace and prints the by-function table from it, naming the wamkit function that issued the ops."""
+    import torch
+
+    from wamkit.diffusion.keyed_noise import keyed_normals
+
+    monkeypatch.setenv(step_profile.ROLLOUTS_ENV, "1")
+    monkeypatch.setattr(step_profile, "has_frames", lambda events: False)
+    profiler = step_profile.RolloutProfile.start(torch.device("cpu"))
+    keyed_normals([1, 2], (64,), 0, torch.device("cpu"))
+    profiler.finish(1, "a test rollout")
+    out = capsys.readouterr().out
+    assert "by function, from the trace (ops / launches / host ms in those ops, a predict)" in out
+    assert re.search(r"wamkit/diffusion/keyed_noise\.py:\w+ +\d+ /", out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -67,10 +68,8 @@ class StepProfile:
         trace = self.out_dir / f"profile_steps_{self.first_step}-{step}.json"
         prof.export_chrome_trace(str(trace))
         self.print(f"[wamkit] trace: {trace}", flush=True)
-        if not any(_FRAME.search(e.name) for e in prof.events()):  # Python 3.12: the frames are in the trace alone
-            self.print(f"[wamkit] by function, from the trace (ops / launches / host ms in those ops, a step):", flush=True)
-            by_site = trace_by_function(json.loads(trace.read_text())["traceEvents"])
-            for line in by_function_lines(by_site, steps):
+        if not has_frames(prof.events()):  # Python 3.12: the frames are in the trace alone
+            for line in trace_lines(trace, steps):
                 self.print(f"[wamkit] {line}", flush=True)
 
 
@@ -141,6 +140,18 @@ def trace_by_function(events: list[dict]) -> dict[str, list]:
     return by_site
 
 
+def has_frames(events) -> bool:
+    """Whether the profiler's events hold Python frames to attribute ops to (not on the GPU host's Python 3.12)."""
+    return any(_FRAME.search(e.name) for e in events)
+
+
+def trace_lines(trace: Path, units: int, unit: str = "step") -> list[str]:
+    """The by-function table of an exported chrome trace (`trace_by_function`), headed."""
+    by_site = trace_by_function(json.loads(Path(trace).read_text())["traceEvents"])
+    return [f"by function, from the trace (ops / launches / host ms in those ops, a {unit}):",
+            *by_function_lines(by_site, units, unit)]
+
+
 def by_function_lines(by_site: dict, steps: int, unit: str = "step", rows: int = 12) -> list[str]:
     """The `rows` sites with the most host ms, a line each: ops / launches / host ms, per `unit`."""
     per = lambda x: x / max(steps, 1)  # noqa: E731
@@ -201,5 +212,12 @@ class RolloutProfile:
 
     def finish(self, batches: int, label: str, print_fn=print) -> None:
         wall = _stop(self._prof, self.device, self._t0)
-        for line in summary_lines(self._prof.events(), batches, wall, label, unit="predict"):
+        events = self._prof.events()
+        lines = summary_lines(events, batches, wall, label, unit="predict")
+        if not has_frames(events):  # Python 3.12: only an exported trace holds the frames
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = Path(tmp) / "rollouts.json"
+                self._prof.export_chrome_trace(str(trace))
+                lines += trace_lines(trace, batches, "predict")
+        for line in lines:
             print_fn(f"[wamkit] {line}", flush=True)
