@@ -170,12 +170,10 @@ class ModeObjective:
         mode = self.mode
         self.last_modes = [mode] * len(samples)
         sigmas, action_sigmas = self._noise_levels(generators, shift)
-        first = samples[0]
-        rows_shape = (first.actions.shape[0] + (first.state is not None), first.actions.shape[1])
-        video_noise = sample_normals(generators, tuple(latents[0].shape), VIDEO_STREAM, device)
-        action_noise = sample_normals(generators, rows_shape, ACTION_STREAM, device)
         x0 = torch.stack(latents)  # [B, C, T, h, w]
         rows = _stacked_rows(samples).to(device, non_blocking=True)  # [B, L, D]: state row first when there is one
+        video_noise = sample_normals(generators, tuple(x0.shape[1:]), VIDEO_STREAM, device)
+        action_noise = sample_normals(generators, tuple(rows.shape[1:]), ACTION_STREAM, device)
         masks = torch.stack([s.action_mask for s in samples]).to(device=device, dtype=rows.dtype, non_blocking=True)  # [B, D]
         sigma = torch.tensor(sigmas, dtype=torch.float32).to(device, non_blocking=True)
         action_sigma = sigma if action_sigmas == sigmas else torch.tensor(action_sigmas, dtype=torch.float32).to(device, non_blocking=True)
