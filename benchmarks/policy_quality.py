@@ -11,6 +11,8 @@ scene tells the task). `--train-seconds` trains the LeRobot methods for a wall-t
 time as a wamkit run, benchmarks/mt10_device.sh); `--workers` runs the closed loop batched over W
 simulator processes (wamkit.eval.batched).
 
+On the CPU dev box (Python 3.11; lerobot wants 3.12): `bash benchmarks/lerobot_cpu_env.sh`, then run this with
+`PYTHONPATH=.lerobot_cpu` (a diagnostic environment; its header says what it rewrites).
 On the H200 machine: `benchmarks/policy_quality_wheels.sh` fetches what it lacks (too much for one
 device call), `benchmarks/policy_quality_device.sh` runs the recorded configuration (header: how).
 

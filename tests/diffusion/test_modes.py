@@ -216,11 +216,11 @@ def test_x0_prediction_trains_towards_the_clean_latents(weighting):
     assert float(losses.video) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
-@pytest.mark.parametrize("weighting", ["velocity", "uniform"])
-def test_x0_action_prediction_trains_towards_the_clean_chunk(weighting):
+@pytest.mark.parametrize("weighting,action_loss", [("velocity", "mse"), ("uniform", "mse"), ("uniform", "l1")])
+def test_x0_action_prediction_trains_towards_the_clean_chunk(weighting, action_loss):
     """diffusion.action_prediction = "x0": the action loss is the masked |out - actions|^2 on the noisy
-    rows, weighted per noise level like the video's."""
-    objective = _objective("policy", action_prediction="x0", x0_loss_weighting=weighting)
+    rows (|out - actions| with diffusion.action_loss = "l1"), weighted per noise level like the video's."""
+    objective = _objective("policy", action_prediction="x0", x0_loss_weighting=weighting, action_loss=action_loss)
     samples, sigmas, outputs = _samples(2), [], []
 
     def record_sigma(_module, _args, kwargs):
@@ -234,7 +234,8 @@ def test_x0_action_prediction_trains_towards_the_clean_chunk(weighting):
         rows = torch.cat([sample.state.unsqueeze(0), sample.actions]) if sample.state is not None else sample.actions
         noisy = list(range(1 if sample.state is not None else 0, rows.shape[0]))
         mask = sample.action_mask
-        err = (outputs[0].action[i].detach().float()[noisy] - rows[noisy]).pow(2) * mask
+        diff = outputs[0].action[i].detach().float()[noisy] - rows[noisy]
+        err = (diff.abs() if action_loss == "l1" else diff.pow(2)) * mask
         weight = 1.0 / max(sigma, 0.05) ** 2 if weighting == "velocity" else 1.0
         expected.append(err.sum() / (len(noisy) * mask.sum()) * weight)
     assert float(losses.action) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
@@ -247,6 +248,8 @@ def test_unknown_video_prediction_is_refused():
         load_experiment(None, ['diffusion.action_prediction="eps"'])
     with pytest.raises(ConfigError, match="x0_loss_weighting"):
         load_experiment(None, ['diffusion.x0_loss_weighting="snr"'])
+    with pytest.raises(ConfigError, match="action_loss"):
+        load_experiment(None, ['diffusion.action_loss="huber"'])
 
 
 def test_text_filler_leaves_the_loss_unchanged():
@@ -315,6 +318,7 @@ def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
     ("policy", True, {}), ("policy", False, {"action_prediction": "x0", "x0_loss_weighting": "velocity"}),
     ("forward_dynamics", True, {"video_prediction": "x0"}), ("inverse_dynamics", True, {}),
     ("policy", True, {"action_sigma": "independent", "action_shift": 3.0, "action_prediction": "x0", "x0_loss_weighting": "velocity"}),
+    ("policy", True, {"action_prediction": "x0", "x0_loss_weighting": "uniform", "action_loss": "l1"}),
 ])
 @pytest.mark.parametrize("keyed", [False, True], ids=["generator_noise", "keyed_noise"])
 def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion, keyed, monkeypatch):

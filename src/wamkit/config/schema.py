@@ -14,6 +14,7 @@ from wamkit.storage import check_url, is_remote, location
 
 PREDICTIONS = ("velocity", "x0")  # diffusion.video_prediction, diffusion.action_prediction
 X0_LOSS_WEIGHTINGS = ("velocity", "uniform")  # diffusion.x0_loss_weighting
+ACTION_LOSSES = ("mse", "l1")  # diffusion.action_loss
 ACTION_SIGMAS = ("shared", "independent")  # diffusion.action_sigma
 
 TASK_MODES = ("policy", "forward_dynamics", "inverse_dynamics", "mixed")
@@ -198,6 +199,11 @@ class DiffusionConfig:
     # the observed frame and the actions alone; that mean is what a 1-step sample returns and what PSNR
     # rewards). Read for every output predicted as x0 (video_prediction, action_prediction).
     x0_loss_weighting: str = "velocity"
+    # The action head's error per value: "mse" (squared, the reference) or "l1" (absolute, as ACT trains). A
+    # squared error's gradient fades with the error, so once the chunk is roughly right the video loss outweighs
+    # the last centimetres of a reach; an absolute error keeps pulling at a constant rate, and its minimiser at
+    # high noise is the conditional median (the majority move) rather than the mean (a blend of moves).
+    action_loss: str = "mse"
     # The action chunk's noise level in training. "shared": the sample's one level for its video and its
     # actions (the reference). "independent": the chunk draws its own (the same logit-normal, shifted by
     # action_shift), so the head learns actions from pure noise beside partly denoised video, and actions
@@ -429,6 +435,9 @@ class ExperimentConfig:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
                               f"= {self.checkpoint.load_path!r} loads weights over it",
                               "--set model.zero_init_video_output=false to fine-tune the base, or --set checkpoint.load_path='' to train from scratch")
+        if self.diffusion.action_loss not in ACTION_LOSSES:
+            raise ConfigError("diffusion.action_loss", f"unknown loss {self.diffusion.action_loss!r}",
+                              f"use one of {', '.join(ACTION_LOSSES)}")
         if self.diffusion.x0_loss_weighting not in X0_LOSS_WEIGHTINGS:
             raise ConfigError("diffusion.x0_loss_weighting", f"unknown weighting {self.diffusion.x0_loss_weighting!r}",
                               f"use one of {list(X0_LOSS_WEIGHTINGS)}")

@@ -72,6 +72,7 @@ class ModeObjective:
         self.video_prediction = str(getattr(diffusion_cfg, "video_prediction", "velocity"))
         self.action_prediction = str(getattr(diffusion_cfg, "action_prediction", "velocity"))
         self.x0_loss_weighting = str(getattr(diffusion_cfg, "x0_loss_weighting", "velocity"))
+        self.action_loss = str(getattr(diffusion_cfg, "action_loss", "mse"))
         self.random_shift_px = int(random_shift_px)  # data.random_shift_px: train-time shift of each clip (wamkit.data.augment)
         self.action_sigma = str(getattr(diffusion_cfg, "action_sigma", "shared"))
         self.action_shift = float(getattr(diffusion_cfg, "action_shift", 0.0))
@@ -224,7 +225,7 @@ class ModeObjective:
         if rows:
             target, weights = targets["action"]
             at = index_of(rows, target.device)
-            err = (batch.action_outputs(out)[:, at].float() - target[:, at]).pow(2) * masks[:, None]
+            err = self._action_error(batch.action_outputs(out)[:, at].float() - target[:, at]) * masks[:, None]
             action = (err.sum(dim=(1, 2)) / (len(rows) * masks.sum(dim=1)).clamp_min(1) * weights).mean()
         else:
             action = self._head_anchor("action_proj_out")
@@ -310,7 +311,7 @@ class ModeObjective:
             rows = batch.action_noisy_rows[i]
             if rows:  # samples without noisy actions (forward dynamics) stay out of the action mean
                 at = index_of(rows, target["action"].device)
-                err = (out.action[i][at].float() - target["action"][at]).pow(2) * masks[i]
+                err = self._action_error(out.action[i][at].float() - target["action"][at]) * masks[i]
                 action_terms.append(err.sum() / (len(rows) * masks[i].sum()).clamp_min(1) * target["action_weight"])
         counts = self._world_counts(len(video_terms), len(action_terms), out.sample[0][0].device)
         # A modality no sample of this step predicts gets a loss of exactly 0 through its output head run on
@@ -320,6 +321,10 @@ class ModeObjective:
         action = self._mean(action_terms, counts, 2) if action_terms else self._head_anchor("action_proj_out")
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
         return StepLosses(total=total, video=video.detach(), action=action.detach())
+
+    def _action_error(self, diff: torch.Tensor) -> torch.Tensor:
+        """Each action value's error (`diffusion.action_loss`): squared, or absolute as ACT trains."""
+        return diff.abs() if self.action_loss == "l1" else diff.pow(2)
 
     @staticmethod
     def _mean(terms: list[torch.Tensor], counts: tuple[int, int, int] | None, which: int) -> torch.Tensor:
