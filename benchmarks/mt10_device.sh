@@ -354,8 +354,8 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # against 96%, at the same samples), chunk 8 "c8:$val --set data.chunk_length=8", the recipe without the stem and
   # frame positions "plain:$val --set model.vision_stem=none --set model.frame_positions=none". Default since the
   # twenty-ninth session: the recipe, s2 again (its data path since fixed) and l1 (`diffusion.action_loss=l1`, ACT's
-  # absolute action error): on the tiny push testbed 12/100 against 3/100 over two training seeds, best reward higher
-  # on both, where 3x the squared loss's weight scored 1/50 (RESULTS.md, twenty-ninth session); s4 as above
+  # absolute action error): on the tiny push testbed 15/150 against 6/150 over three training seeds, best reward higher
+  # on each, where 3x the squared loss's weight scored 1/50 (RESULTS.md, twenty-ninth session); s4 as above
   local val="--set trainer.val_every=200"
   local variants=${VARIANTS:-"base:$val;s2:$val --set diffusion.future_video_stride=2;l1:$val --set diffusion.action_loss=l1"}
   local names=() recs=() spec name args i
