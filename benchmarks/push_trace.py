@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from wamkit.eval.realtime import run_episode
 from wamkit.eval.sim_eval import load_policy, policy_cameras
 from wamkit.sim.envs import make_env
@@ -28,24 +26,25 @@ def main() -> None:
     args = p.parse_args()
     policy = load_policy(args.run, num_steps=10)
     with make_env("metaworld/push-v3", resolution=64, camera=policy_cameras(policy, None)) as env:
-        log = []
+        raw = []  # the raw observation before each action (hand 0:3, puck 4:7, goal 36:39): what the policy's image hides
         step = env.step
 
-        def logged_step(action):  # the raw observation (hand 0:3, puck 4:7, goal 36:39) before each action
-            log.append((env._raw_obs.copy(), np.asarray(action).copy(), np.asarray(env.expert_action()).copy()))
+        def logged_step(action):
+            raw.append(env._raw_obs.copy())
             return step(action)
 
         env.step = logged_step
         for i in (int(x) for x in args.episodes.split(",")):
             seed = episode_seed(1000, i)
-            log.clear()
+            raw.clear()
             first = env.reset(seed)
-            result = run_episode(policy, env, first, mode="sync", delay=0, horizon=8, seed=seed, num_steps=10, budget=args.budget)
+            result = run_episode(policy, env, first, mode="sync", delay=0, horizon=8, seed=seed, num_steps=10,
+                                 budget=args.budget, expert=True)  # the expert asked in every state the policy acts in
             print(f"episode {i} success {result.success}")
-            for t in range(0, len(log), 8):
-                obs, action, expert = log[t]
+            for t in range(0, len(raw), 8):
+                obs = raw[t]
                 print(f"t{t:3d} hand {obs[:3].round(3)} puck {obs[4:7].round(3)} goal {obs[36:39].round(3)} | "
-                      f"policy {action.round(2)} expert {expert.round(2)}")
+                      f"policy {result.executed[t].round(2)} expert {result.expert[t].round(2)}")
 
 
 if __name__ == "__main__":
