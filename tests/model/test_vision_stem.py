@@ -1,4 +1,4 @@
-"""model.vision_stem = "conv": the stem's features land on the patch they were computed at (diffusers'
+"""model.vision_stem = "conv" (and "resnet"): the stem's features land on the patch they were computed at (diffusers'
 packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
 trains, combines with frame positions, materialises from meta; a run with either addition or both
 reloads and exports to a directory that loads back as the same class and outputs."""
@@ -13,12 +13,13 @@ from wamkit.export import export_run, verify_same_outputs
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FramePositionCosmos3
 from wamkit.model.materialize import materialize
-from wamkit.model.variants import ConvStemFramePositionCosmos3, transformer_class_named
-from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3
+from wamkit.model.variants import ConvStemFramePositionCosmos3, ResNetStemFramePositionCosmos3, transformer_class_named
+from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3, ResNetStemCosmos3
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
 
 CONV = 'model.vision_stem="conv"'
+RESNET = 'model.vision_stem="resnet"'
 FOURIER = 'model.frame_positions="fourier"'
 
 
@@ -47,13 +48,17 @@ def test_features_are_packed_like_the_patches_they_were_computed_on():
     assert shapes == [(2, 5, 6)]
 
 
-def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot():
+# the stem's own tensors: "conv" three convolutions and the projection; "resnet" one convolution, two residual
+# blocks (two GroupNorms and two convolutions each) and the projection
+@pytest.mark.parametrize("kind, stem_tensors", [("conv", 7), ("resnet", 2 + 2 * 8 + 1)])
+def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(kind, stem_tensors):
     torch.manual_seed(0)
     plain = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
-    stemmed = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="conv")
+    stemmed = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem=kind)
     missing, unexpected = stemmed.load_state_dict(plain.state_dict(), strict=False)
-    assert all(k.startswith("vision_stem.") for k in missing) and len(missing) == 7 and not unexpected
+    assert all(k.startswith("vision_stem.") for k in missing) and len(missing) == stem_tensors and not unexpected
     assert isinstance(stemmed, ConvStemCosmos3) and not stemmed.vision_stem.out.weight.any()
+    assert isinstance(stemmed, ResNetStemCosmos3) == (kind == "resnet")
     latents = [torch.randn(1, 12, 2, 8, 8), torch.randn(1, 12, 1, 4, 6)]
     a, shapes = plain._patchify_and_pack_latents(latents)
     b, same = stemmed._patchify_and_pack_latents(latents)
@@ -83,13 +88,18 @@ def test_combines_with_frame_positions_and_materialises_from_meta():
     assert all(p.requires_grad for p in model.vision_stem.parameters())
     assert transformer_class_named("ConvStemFramePositionCosmos3") is ConvStemFramePositionCosmos3
     assert isinstance(ConvStem(12, 2), torch.nn.Module)
+    with torch.device("meta"):
+        residual = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="resnet")
+    materialize(residual, torch.device("cpu"), seed=0)
+    norms = [m for m in residual.vision_stem.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert len(norms) == 4 and all(bool((n.weight == 1).all() and not n.bias.any()) for n in norms)
 
 
 def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     with pytest.raises(ConfigError, match="vision_stem"):
         load_experiment(DEMO_RECIPE, [CONV, 'checkpoint.load_path="/some/base"'])
     with pytest.raises(ConfigError, match="vision_stem"):
-        load_experiment(DEMO_RECIPE, ['model.vision_stem="resnet"'])
+        load_experiment(DEMO_RECIPE, ['model.vision_stem="vit"'])
 
 
 
@@ -97,7 +107,8 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     ([FOURIER], FramePositionCosmos3, "frame_position.weight"),
     ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
     ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
-], ids=["frame_positions", "vision_stem", "both"])
+    ([FOURIER, RESNET], ResNetStemFramePositionCosmos3, "vision_stem.out.weight"),
+], ids=["frame_positions", "vision_stem", "both", "resnet_both"])
 def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
     run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)

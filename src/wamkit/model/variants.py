@@ -1,12 +1,12 @@
 """Which transformer class a run builds and a saved config.json names: diffusers' own, or one with our
-additions for models trained from scratch (frame positions, a convolutional stem, or both)."""
+additions for models trained from scratch (frame positions, a convolutional or residual stem, or both)."""
 
 from __future__ import annotations
 
 from diffusers import Cosmos3OmniTransformer
 
 from wamkit.model.frame_positions import FramePositionCosmos3
-from wamkit.model.vision_stem import ConvStemCosmos3
+from wamkit.model.vision_stem import ConvStemCosmos3, ResNetStemCosmos3
 
 
 class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
@@ -14,8 +14,13 @@ class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
     inherited __init__ carries diffusers' signature, which from_config reads)."""
 
 
+class ResNetStemFramePositionCosmos3(ResNetStemCosmos3, FramePositionCosmos3):
+    """The residual stem and the frame positions."""
+
+
 BY_OPTIONS = {("none", "none"): Cosmos3OmniTransformer, ("fourier", "none"): FramePositionCosmos3,
-              ("none", "conv"): ConvStemCosmos3, ("fourier", "conv"): ConvStemFramePositionCosmos3}
+              ("none", "conv"): ConvStemCosmos3, ("fourier", "conv"): ConvStemFramePositionCosmos3,
+              ("none", "resnet"): ResNetStemCosmos3, ("fourier", "resnet"): ResNetStemFramePositionCosmos3}
 BY_NAME = {cls.__name__: cls for cls in BY_OPTIONS.values()}
 
 

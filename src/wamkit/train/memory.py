@@ -42,10 +42,9 @@ NANO_LAYERS = 36
 # 3x8x8x4 latent values in each token (128 px at pixel factor 8: 21.8 GiB peak, 12.4 estimated).
 OUTSIDE_LAYER_BYTES = 57.0
 LATENT_VALUE_BYTES = 30.0
-# model.vision_stem = "conv" (wamkit.model.vision_stem) saves its three convolutions' outputs and their GELUs for
-# the backward pass, STEM_CHANNELS values each per latent position, in the compute dtype: at MT10's shape (batch 256,
-# 5 latent frames of 16x16) 0.23 GiB, the 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
-STEM_SAVED_TENSORS = 6
+# A vision stem (wamkit.model.vision_stem) saves STEM_SAVED_TENSORS[kind] tensors of STEM_CHANNELS values per latent
+# position for the backward pass, in the compute dtype: "conv" at MT10's shape (batch 256, 5 latent frames of
+# 16x16) 0.23 GiB, the 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
 _OUTSIDE_SHARE = OUTSIDE_LAYER_BYTES / NANO_LAYERS
 ACTIVATION_BYTES = {
     ("none", "full"): 31.6 - _OUTSIDE_SHARE, ("selective", "full"): 17.1 - _OUTSIDE_SHARE, ("full", "full"): 4.0,
@@ -114,11 +113,11 @@ class Knobs:
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
     compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
     latent_values_per_sample: int = 0  # token_counts' "latent_values": what the tokenizer and frame put in a sample
-    stem_values_per_sample: int = 0  # what a vision stem saves per sample: latent positions x its channels (0 without)
+    stem_values_per_sample: int = 0  # what a vision stem saves per sample: latent positions x channels x saved tensors
 
     @classmethod
     def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0) -> "Knobs":
-        from wamkit.model.vision_stem import STEM_CHANNELS
+        from wamkit.model.vision_stem import STEM_CHANNELS, STEM_SAVED_TENSORS
         from wamkit.train.parallel import DTYPES
 
         p = cfg.parallel
@@ -126,7 +125,7 @@ class Knobs:
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
                    OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample),
-                   int(latent_positions_per_sample) * STEM_CHANNELS if cfg.model.vision_stem == "conv" else 0)
+                   int(latent_positions_per_sample) * STEM_CHANNELS * STEM_SAVED_TENSORS.get(cfg.model.vision_stem, 0))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -155,7 +154,7 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
         "activations": activations,
         "outside layers": tokens * counts.hidden * OUTSIDE_LAYER_BYTES,
         "latents": knobs.samples_per_step * knobs.latent_values_per_sample * LATENT_VALUE_BYTES,
-        "vision stem": knobs.samples_per_step * knobs.stem_values_per_sample * STEM_SAVED_TENSORS * b,
+        "vision stem": knobs.samples_per_step * knobs.stem_values_per_sample * b,
         "VAE": b * vae_params,
     }
     est["total"] = sum(est.values())
