@@ -133,7 +133,7 @@ def plot(points: list[dict], averages: dict[str, dict], path: Path) -> None:
     ax.errorbar(steps, rates, yerr=err, marker="o", capsize=3, label="wamkit checkpoints")
     for method, style in (("act", "--"), ("dp", ":")):
         if method in averages:
-            ax.axhline(averages[method]["rate"], linestyle=style, color="gray", label=f"{METHODS[method]} (final)")
+            ax.axhline(averages[method]["rate"], linestyle=style, color="gray", label=f"{METHODS[method]} (final: {averages[method]['rate']:.3f})")
     ax.set(xlabel="training step", ylabel="MT10 average success", ylim=(0, 1), title="Meta-World MT10, held-out seeds")
     ax.legend(fontsize=8)
     fig.tight_layout()
