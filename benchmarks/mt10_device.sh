@@ -69,7 +69,8 @@
 #
 # SMOKE=1: the same pipeline on this CPU box in ~10 minutes (2 tasks, 4 episodes, a few steps, tiny
 # models, 2 workers): `SMOKE=1 PHASE=1 bash benchmarks/mt10_device.sh; SMOKE=1 PHASE=2 bash ...`.
-# Everything comes back under $OUT: the logs (logs_phase<N>.tgz), results.json and reports (mt10_phase<N>.tgz), the plot.
+# Everything comes back under $OUT: the logs (logs_phase<N>.tgz), results.json and reports (mt10_phase<N>.tgz), the plot,
+# PHASE=1's final rollout videos (videos_phase1.tgz).
 set -uo pipefail
 PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), eval (the PHASE=1 policy under sampler variants: EVAL_VARIANTS), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
@@ -239,7 +240,7 @@ phase1() {
   if [ "$CURVE_EPS" -gt 0 ]; then  # CURVE_EPS=0: no curve (and so no judge): the final closed loop alone
     stamp "closed loop: every checkpoint at $CURVE_EPS/task"
     wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
-      --workers "$W" --device "$DEVICE" --out "$EV/curve" "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
+      --workers "$W" --device "$DEVICE" --out "$EV/curve" --videos 0 "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
     pack1
   fi
   # the judge (GPU-bound world-model rollouts, one host process) runs beside the final closed loop (15 simulator
@@ -269,6 +270,10 @@ phase1() {
 pack1() {  # after every stage, so a call cut at its limit still sends back what finished
   tar czf "$OUT/mt10_phase1.tgz" -C "$WORK" --exclude='*.mp4' eval $(cd "$WORK" && ls runs/*/config.json 2>/dev/null)
   cp "$EV"/curve/success_vs_step.* "$OUT/" 2>/dev/null
+  # the final closed loop's videos (a success and a failure a task, replayed by the batched evaluator; ~20 small mp4s)
+  local videos; videos=$(cd "$WORK" && find eval/final -name '*.mp4' 2>/dev/null)
+  [ -n "$videos" ] && tar czf "$OUT/videos_phase1.tgz" -C "$WORK" $videos
+  return 0
 }
 
 judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and sim reports in the same step order)

@@ -541,10 +541,9 @@ def main(argv=None) -> int:
             else:
                 policy = train_lerobot(row.method, args, windows, dataset, chunk, cfg.job.seed, row, run_data.contract)
             t0 = time.perf_counter()
-            videos = {} if args.workers else {"num_videos": args.videos}
             result = evaluate_envs(policy, expand_env_names(args.env), args.episodes, args.seed, workers=args.workers,
                                    execute_horizon=args.horizon or chunk, resolution=resolution, max_episode_steps=args.max_steps,
-                                   out_dir=out / "eval" / row.method, **videos)
+                                   out_dir=out / "eval" / row.method, num_videos=args.videos)
             row.eval_wall_s = time.perf_counter() - t0
             row.successes, row.episodes, row.success_rate = result.successes, result.episodes, result.success_rate
             row.ci95, row.mean_episode_length = list(result.ci95), result.mean_episode_length

@@ -224,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--device", default="auto", help=DEVICE_HELP)
     eval_sim.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     eval_sim.add_argument("--workers", type=int, default=0, help="simulator processes: the policy answers all of them in one "
-                          "batch per chunk (much faster on many cores; no rollout videos); 0: serial, in this process")
+                          "batch per chunk (much faster on many cores; videos are replays of the episodes' actions); 0: serial, in this process")
+    eval_sim.add_argument("--videos", type=int, default=1, help="rollout videos per task and outcome: the first N successes "
+                          "and the first N failures (default 1; 0: none)")
     wm = eval_sub.add_parser("wm", help="world-model rollouts along recorded episodes: videos, metrics, report")
     wm.add_argument("checkpoint", help="run directory, checkpoints/iter_<N> directory or export directory")
     wm.add_argument("--dataset", help="LeRobot v3.0 dataset (default: the training dataset)")

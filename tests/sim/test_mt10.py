@@ -189,3 +189,53 @@ def test_batched_closed_loop_with_more_workers_than_episodes(run_dir, tmp_path):
     result = evaluate_envs(policy, expand_env_names(TWO), 2, seed=1, workers=3, out_dir=tmp_path / "b",
                            max_episode_steps=4, execute_horizon=4, num_steps=1)
     assert [t.episodes for t in result.tasks] == [2, 2]
+
+
+def _frame_count(video: Path) -> int:
+    import av
+
+    with av.open(str(video)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def test_batched_videos_are_replays_of_the_first_success_and_failure_of_each_task(run_dir, tmp_path):
+    """The batched loop renders only the states the policy plans from; its videos replay the counted episodes'
+    executed actions in a worker: one frame per executed action after the first, under the serial names."""
+    from wamkit.eval.suite import evaluate_envs
+
+    policy = load_policy(run_dir, num_steps=1)
+    kw = dict(max_episode_steps=8, execute_horizon=4, num_steps=1)
+    result = evaluate_envs(policy, expand_env_names(TWO), 3, seed=1, workers=2, out_dir=tmp_path / "b", **kw)
+    for task in result.tasks:
+        for outcome in (True, False):
+            episodes = [e for e in task.per_episode if e.success == outcome]
+            if not episodes:
+                continue
+            first, rest = episodes[0], episodes[1:]
+            assert first.video == f"rollout_{first.index:03d}_{'success' if outcome else 'failure'}.mp4"
+            assert _frame_count(Path(task.out_dir) / first.video) == first.length + 1
+            assert all(e.video is None for e in rest)
+        assert "rollout_" in (Path(task.out_dir) / "report.md").read_text()
+    assert "rollout_" in (tmp_path / "b" / "report.md").read_text()  # the suite's success / failure video columns
+    none = evaluate_envs(policy, expand_env_names(TWO), 1, seed=1, workers=2, out_dir=tmp_path / "n", num_videos=0, **kw)
+    assert not list((tmp_path / "n").rglob("*.mp4")) and all(e.video is None for t in none.tasks for e in t.per_episode)
+
+
+def test_a_worker_replay_renders_the_states_the_closed_loop_reached():
+    """The replay behind the batched videos: the same seed and actions give the same first and last frames
+    as the evaluation's own reset and chunk (the simulation is deterministic)."""
+    from wamkit.sim.workers import EnvSettings, _act, _replay, _reset
+
+    envs, settings, name = {}, EnvSettings(resolution=64), "metaworld/reach-v3"
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(6, 4))
+    try:
+        first, _ = _reset(envs, settings, name, 7)
+        last, taken, *_ = _act(envs, settings, name, actions, 100)
+        _reset(envs, settings, name, 8)  # another episode in between, as in a worker's life
+        frames, success, fps = _replay(envs, settings, name, 7, actions)
+    finally:
+        for env in envs.values():
+            env.close()
+    assert taken == 6 and frames.shape == (7, 64, 64, 3) and fps == get_spec(name).fps and success is False
+    assert np.array_equal(frames[0], first["image"]) and np.array_equal(frames[-1], last["image"])
+    assert not np.array_equal(frames[0], frames[-1])

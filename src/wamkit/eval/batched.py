@@ -7,13 +7,17 @@ batches of W observations.
 Same protocol as `sim_eval.evaluate` in sync mode: episode i of a task resets with
 `episode_seed(seed, i)`, `execute_horizon` actions are executed per chunk, an episode ends on success
 or its step budget. What differs: the sampling noise of a round is seeded by (seed, round) for the whole
-batch, so a stochastic policy's samples are not those of a serial run; no rollout videos are written.
+batch, so a stochastic policy's samples are not those of a serial run. Videos (the first `num_videos`
+successes and failures of each task, as the serial evaluator picks them) are rendered afterwards by
+replaying those episodes' executed actions in a worker: in the loop only the states the policy plans
+from are rendered (rendering every step costs ~10x the physics at 64 px on a CPU).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -36,8 +40,8 @@ class _Live:
     replans: int = 0
     success: bool = False
     best_reward: float | None = None
-    executed: list = field(default_factory=list)  # with expert_trace: the actions taken ...
-    expert: list = field(default_factory=list)  # ... and the scripted expert's in the same states
+    executed: list = field(default_factory=list)  # the actions taken (replayed for videos) ...
+    expert: list = field(default_factory=list)  # ... and, with expert_trace, the scripted expert's in the same states
 
 
 def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None):
@@ -55,9 +59,11 @@ def pool_settings(policy, specs, resolution: int, max_episode_steps: int | None)
 def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int = 1, *, workers: int = 8,
                      execute_horizon: int | None = None, resolution: int | None = None,
                      max_episode_steps: int | None = None, num_steps: int | None = None, pool=None,
-                     verbose: bool = False, expert_trace: bool = False) -> list[EvalResult]:
+                     verbose: bool = False, expert_trace: bool = False, video_dirs: dict | None = None,
+                     num_videos: int = 1) -> list[EvalResult]:
     """`episodes` episodes in each env (the same seeds in each), one EvalResult per env in env order.
-    `pool`: an open `EnvWorkers` built with the same settings, reused across calls (checkpoints)."""
+    `pool`: an open `EnvWorkers` built with the same settings, reused across calls (checkpoints).
+    `video_dirs`: env name -> directory for that task's rollout videos (none without)."""
     from wamkit.sim.envs import get_spec
     from wamkit.sim.record import episode_seed
     from wamkit.sim.workers import EnvWorkers
@@ -78,7 +84,9 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
     timing = Timing()
     captures = _graph_captures(policy)
     try:
-        _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing, traces if expert_trace else None)
+        _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing, traces, expert_trace)
+        if video_dirs and num_videos > 0:
+            write_videos(pool, done, traces, video_dirs, num_videos)
     finally:
         if own:
             pool.close()
@@ -140,10 +148,35 @@ def _graph_captures(policy) -> int:
     return int(getattr(policy, "graph_captures", 0) or 0)  # 0 for policies without CUDA graphs (ACT, DP, the CPU)
 
 
+def write_videos(pool, done: dict, traces: dict, video_dirs: dict, num_videos: int) -> None:
+    """The first `num_videos` successes and failures of each task (by episode index) replayed in the workers
+    and written as rollout_<i>_<outcome>.mp4 beside the task's report; a replay that does not end as the
+    episode did (the simulation was not deterministic) is reported and not written: no video shows another
+    episode than the one counted."""
+    from wamkit.data.writer import encode_video
+
+    chosen = []
+    for name, directory in video_dirs.items():
+        episodes = sorted(done.get(name, []), key=lambda e: e.index)
+        for outcome in (True, False):
+            chosen += [(name, Path(directory), e) for e in [e for e in episodes if e.success == outcome][:num_videos]]
+    jobs = [(name, e.seed, traces[name][e.index][0]) for name, _, e in chosen]
+    for (name, directory, episode), (frames, success, fps) in zip(chosen, pool.map_ordered("replay", jobs)):
+        if bool(success) != episode.success:
+            print(f"[wamkit eval] {name} episode {episode.index}: its replay ended in "
+                  f"{'success' if success else 'failure'}, the episode in {'success' if episode.success else 'failure'}: "
+                  "no video written (the simulation is not deterministic here)", flush=True)
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        episode.video = f"rollout_{episode.index:03d}_{'success' if episode.success else 'failure'}.mp4"
+        encode_video(directory / episode.video, frames, int(round(fps)), "libx264")
+
+
 def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int, seed: int, verbose: bool, timing: Timing,
-         traces: dict | None = None) -> None:
+         traces: dict, expert_trace: bool = False) -> None:
     """Rounds of: start episodes on free workers, one batched predict, every live worker executes its chunk
-    (and, with `traces`, reports the expert's action in each state it acted in)."""
+    (and, with `expert_trace`, reports the expert's action in each state it acted in). Each finished
+    episode's (executed actions, expert actions) land in `traces`."""
     live: dict[int, _Live] = {}
     while live or queue:
         t0 = time.perf_counter()
@@ -161,19 +194,18 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
         for w, chunk in zip(workers, chunks):
             ep = live[w]
             ep.replans += 1
-            pool.send(w, "act", ep.spec.name, chunk[:horizon], ep.budget - ep.length, traces is not None)
+            pool.send(w, "act", ep.spec.name, chunk[:horizon], ep.budget - ep.length, expert_trace)
         for w, chunk in zip(workers, chunks):
             ep = live[w]
             ep.obs, taken, success, finished, asked, best = pool.receive(w)
-            if traces is not None:
-                ep.executed += [np.asarray(a, np.float64) for a in chunk[:taken]]
+            ep.executed += [np.asarray(a, np.float64) for a in chunk[:taken]]
+            if expert_trace:
                 ep.expert += [np.asarray(a, np.float64) for a in asked]
             ep.length, ep.success, ep.best_reward = ep.length + taken, ep.success or success, higher_reward(ep.best_reward, best)
             if finished:
                 done[ep.spec.name].append(EpisodeResult(ep.index, ep.seed, ep.success, ep.length, ep.replans, ticks=ep.length,
                                                         best_reward=ep.best_reward))
-                if traces is not None:
-                    traces[ep.spec.name][ep.index] = (ep.executed, ep.expert)
+                traces[ep.spec.name][ep.index] = (ep.executed, ep.expert)
                 del live[w]
                 if verbose:
                     print(f"[wamkit eval] {ep.spec.name} episode {ep.index}: {'success' if ep.success else 'failure'} "

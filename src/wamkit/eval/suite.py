@@ -79,7 +79,7 @@ def suite_of(tasks: list[EvalResult], seconds: float, out: Path | None) -> Suite
 def evaluate_envs(policy, env_names: Sequence[str], episodes: int, seed: int = 1, *, workers: int = 0, pool=None,
                   **kwargs) -> EvalResult | SuiteResult:
     """One env: its EvalResult (the single-env report layout); several: a SuiteResult. `workers` > 0 (or an
-    open `pool`): the batched evaluator (wamkit.eval.batched: envs in worker processes, no videos)."""
+    open `pool`): the batched evaluator (wamkit.eval.batched: envs in worker processes, videos by replay)."""
     if workers or pool is not None:
         return _evaluate_batched(policy, env_names, episodes, seed, workers=workers, pool=pool, **kwargs)
     if len(env_names) == 1:
@@ -87,14 +87,15 @@ def evaluate_envs(policy, env_names: Sequence[str], episodes: int, seed: int = 1
     return evaluate_suite(policy, env_names, episodes, seed, **kwargs)
 
 
-def _evaluate_batched(policy, env_names, episodes, seed, *, out_dir=None, num_videos=None, **kwargs):
-    """`evaluate_envs` through the batched evaluator, reports in the serial layout."""
+def _evaluate_batched(policy, env_names, episodes, seed, *, out_dir=None, num_videos: int = 1, **kwargs):
+    """`evaluate_envs` through the batched evaluator, reports (and videos) in the serial layout."""
     from wamkit.eval.batched import evaluate_batched
     from wamkit.eval.report import write_report
 
     t0 = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else None
-    tasks = evaluate_batched(policy, env_names, episodes, seed, **kwargs)
+    video_dirs = None if out is None else {n: out if len(env_names) == 1 else out / task_dir(n) for n in env_names}
+    tasks = evaluate_batched(policy, env_names, episodes, seed, video_dirs=video_dirs, num_videos=num_videos, **kwargs)
     if len(tasks) == 1:
         if out is not None:
             tasks[0].out_dir = str(out)
@@ -178,7 +179,7 @@ def eval_sim_main(args) -> int:
     out = Path(args.out) if args.out else Path("eval") / args.env.replace("/", "_").replace(",", "+")
     common = dict(execute_horizon=args.horizon, resolution=getattr(args, "resolution", None),
                   max_episode_steps=getattr(args, "max_steps", None), num_steps=getattr(args, "num_steps", None) or 10,
-                  verbose=True, expert_trace=getattr(args, "expert_trace", False))
+                  verbose=True, expert_trace=getattr(args, "expert_trace", False), num_videos=getattr(args, "videos", 1))
     workers = getattr(args, "workers", 0) or 0
     # where the policy computes, in what, and how far from the mode it samples
     place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"),

@@ -3,9 +3,10 @@ rendering on one core each, so W processes give ~W times the episodes per second
 expert demonstrations in about the time of the slowest task's share).
 
 Each worker owns its envs (one per task name, built on first use, kept for the worker's life) and
-answers three requests over a pipe: `expert` (a whole scripted-expert episode, for `record`),
+answers four requests over a pipe: `expert` (a whole scripted-expert episode, for `record`),
 `reset` and `act` (the first observation, then `horizon` actions at a time, for the batched closed-loop
-evaluator, whose policy stays in the parent process and sees every worker's observation in one batch).
+evaluator, whose policy stays in the parent process and sees every worker's observation in one batch),
+and `replay` (an evaluated episode's actions again, every frame rendered: its video).
 Workers are spawned, not forked: they inherit no CUDA context and no GL state from the parent.
 """
 
@@ -68,7 +69,24 @@ def _act(envs, settings, name: str, actions, steps_left: int, expert: bool = Fal
     return (env.observe() if taken else None), taken, success, done or taken >= steps_left, asked, best
 
 
-HANDLERS = {"expert": _expert, "reset": _reset, "act": _act}
+def _replay(envs, settings, name: str, seed: int, actions):
+    """The episode of `seed` stepped through `actions` again, rendering every state: (frames [T+1, H, W, 3],
+    success, the env's control rate). The batched evaluator renders only the states a policy plans from; the
+    simulation is deterministic, so its videos are replays of the actions an episode executed."""
+    import numpy as np
+
+    env = _env(envs, name, settings)
+    frames, success = [env.reset(seed)["image"]], False
+    for action in actions:
+        result = env.step(action)
+        frames.append(result.obs["image"])
+        success = success or result.success
+        if result.done:
+            break
+    return np.stack(frames), success, env.spec.fps
+
+
+HANDLERS = {"expert": _expert, "reset": _reset, "act": _act, "replay": _replay}
 
 
 def _serve(conn, settings: EnvSettings) -> None:
