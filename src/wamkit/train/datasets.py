@@ -45,7 +45,8 @@ def build_run_data(cfg) -> RunData:
                         "--set data.use_state=false for a policy without state, or set data.state_key to the state feature")
     warn_truncated_prompts(resolve_text_tokenizer(cfg), [cfg.data.prompt_template.format(task=t) for t in dataset.tasks.values()],
                            f"{dataset.root}/meta/tasks.parquet (data.prompt_template {cfg.data.prompt_template!r})")
-    train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed)
+    tasks = [dataset.episode_task(e) for e in dataset.episode_indices] if cfg.data.val_split == "per_task" else None
+    train_eps, val_eps = split_episodes(dataset.episode_indices, cfg.data.val_fraction, cfg.job.seed, groups=tasks)
     cameras = cfg.data.camera_keys or None
     state_key = cfg.data.state_key if cfg.data.use_state else None
 
