@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from wamkit.eval.cameras import policy_cameras, policy_observation
-from wamkit.eval.sim_eval import EpisodeResult, EvalError, EvalResult, check_request, frame_size, summarize, trace_agreement
+from wamkit.eval.sim_eval import (EpisodeResult, EvalError, EvalResult, check_request, frame_size, rollout_video_name,
+                                   summarize, trace_agreement)
 from wamkit.sim.base import higher_reward
 
 
@@ -168,7 +169,7 @@ def write_videos(pool, done: dict, traces: dict, video_dirs: dict, num_videos: i
                   "no video written (the simulation is not deterministic here)", flush=True)
             continue
         directory.mkdir(parents=True, exist_ok=True)
-        episode.video = f"rollout_{episode.index:03d}_{'success' if episode.success else 'failure'}.mp4"
+        episode.video = rollout_video_name(episode.index, episode.success)
         encode_video(directory / episode.video, frames, int(round(fps)), "libx264")
 
 

@@ -207,7 +207,7 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
             video = None
             if out is not None and videos_written[success] < num_videos:
                 videos_written[success] += 1
-                video = f"rollout_{i:03d}_{'success' if success else 'failure'}.mp4"
+                video = rollout_video_name(i, success)
                 encode_video(out / video, np.stack(frames), int(round(env.spec.fps)), "libx264")
             per_episode.append(EpisodeResult(i, ep_seed, success, length, replans, video, rollout.ticks,
                                              _mean(rollout.seam_changes), rollout.best_reward))
@@ -223,6 +223,11 @@ def evaluate(policy, env_name: str, episodes: int, seed: int = 1, execute_horizo
     if out is not None:
         write_report(result, out)
     return result
+
+
+def rollout_video_name(index: int, success: bool) -> str:
+    """The file name of episode `index`'s rollout video, serial and batched alike (reports link to it)."""
+    return f"rollout_{index:03d}_{'success' if success else 'failure'}.mp4"
 
 
 def trace_agreement(spec, traces: list[tuple], per_episode: list[EpisodeResult]) -> dict:
