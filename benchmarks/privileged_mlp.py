@@ -21,13 +21,18 @@ from wamkit.data import LeRobotV3Dataset
 from wamkit.sim.envs import make_env
 
 
+def episode_rows(ds: LeRobotV3Dataset, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """One episode's states [n, S] and actions [n, A] (no video decoded)."""
+    cols, n = ds.episode_columns(ep, ["observation.state", "action"]), ds.episode_length(ep)
+    return cols["observation.state"].reshape(n, -1), cols["action"].reshape(n, -1)
+
+
 def chunk_pairs(ds: LeRobotV3Dataset, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(state at t, the next `chunk` actions flattened) for every step of every episode; the last action repeats."""
     states, targets = [], []
     for ep in ds.episode_indices:
-        cols = ds.episode_columns(ep, ["observation.state", "action"])
-        n = ds.episode_length(ep)
-        s, a = cols["observation.state"].reshape(n, -1), cols["action"].reshape(n, -1)
+        s, a = episode_rows(ds, ep)
+        n = len(a)
         for t in range(n):
             states.append(s[t])
             targets.append(a[np.minimum(np.arange(t, t + chunk), n - 1)].reshape(-1))
@@ -64,10 +69,8 @@ def open_loop_error(net, ds: LeRobotV3Dataset, episodes: list[int], chunk: int, 
     """Mean |first `execute` predicted - recorded actions| per action dimension."""
     errors = []
     for ep in episodes:
-        cols = ds.episode_columns(ep, ["observation.state", "action"])
-        n = ds.episode_length(ep)
-        s, a = cols["observation.state"].reshape(n, -1), cols["action"].reshape(n, -1)
-        for t in range(0, n - execute, execute):
+        s, a = episode_rows(ds, ep)
+        for t in range(0, len(a) - execute, execute):
             pred = net(torch.tensor(s[t], dtype=torch.float32)).reshape(chunk, -1).numpy()
             errors.append(np.abs(pred[:execute] - a[t:t + execute]).mean(0))
     return np.mean(errors, 0)
