@@ -154,6 +154,18 @@ def test_a_lone_client_does_not_wait_for_the_batch_window(export_dir):
     assert all(t["batch_size"] == 1 and t["total_ms"] < 30_000 for t in timings), timings
 
 
+def test_stop_after_the_server_stopped_itself_is_a_no_op(export_dir):
+    """max_requests ends the server and closes its loop; a later stop() (as every caller's cleanup does) must not
+    raise "Event loop is closed" (it raced the loop's close in CI)."""
+    srv = PolicyServer(Policy.from_export(export_dir, num_steps=NUM_STEPS), host="127.0.0.1", port=0, seed=SEED,
+                       max_requests=1).start_in_thread()
+    WebsocketClientPolicy("127.0.0.1", srv.port).infer(make_obs(5))
+    srv.join(30)
+    assert not srv._thread.is_alive() and srv._loop.is_closed()
+    srv.stop()
+    srv.stop()
+
+
 def test_request_mapping_camera_keys():
     img = np.zeros((8, 8, 3), np.uint8)
     obs, seed = observation_from_request({"images": {"observation.images.front": img}, "state": [1, 2], "prompt": "p"},

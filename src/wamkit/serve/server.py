@@ -324,8 +324,14 @@ class PolicyServer:
         self.warmed_up.set()
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
+        """Ask the server to stop; a no-op once it has stopped by itself (max_requests, a signal), whose loop is closed."""
+        if self._loop is None or self._stop is None:
+            return
+        try:
             self._loop.call_soon_threadsafe(self._stop_for, "stop() called")
+        except RuntimeError:  # "Event loop is closed": it closed after the server stopped itself, maybe just now
+            if not self._loop.is_closed():
+                raise
 
     def start_in_thread(self, timeout: float = 30.0) -> "PolicyServer":
         def run():
