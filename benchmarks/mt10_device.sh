@@ -342,6 +342,11 @@ phase2() {
   pack_logs
 }
 
+# A sweep variant's spec "name[@rec]:train args[|eval-sim args]": e.g. "ind20:--set diffusion.action_sigma=independent
+# --set diffusion.action_shift=20|--num-steps 1" trains with independent action levels and evaluates in one step.
+variant_train_args() { local body=${1#*:}; echo "${body%%|*}"; }
+variant_eval_args() { local body=${1#*:}; [[ $body == *"|"* ]] && echo "${body#*|}"; return 0; }
+
 phasesweep() {  # recipe variants side by side in one box, each evaluated at $EPISODES/task: which knob to carry into PHASE=1
   # VARIANTS="name:--set a=b --set c=d;name2@corner,topview:...;name3@corner/128:..." (default below; "@CAMERAS[/PX[/PIX_FMT[/NOISE]]]"
   # trains that variant on a recording of those cameras at that frame size, made first). They share the GPU and the
@@ -364,7 +369,9 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # absolute action error): on the tiny push testbed 15/150 against 6/150 over three training seeds, best reward higher
   # on each, where 3x the squared loss's weight scored 1/50 (RESULTS.md, twenty-ninth session); s4 as above.
   # Thirtieth session (H100, 20/task): base 0.535, l1 0.530, rnl1 (l1 with the residual stem) 0.580, within the noise;
-  # rnl1 reached 0.628 in PHASE=1. Default since: the recipe, s2 (still unmeasured with its loader fixed) and rnl1
+  # rnl1 reached 0.628 in PHASE=1. Default since: the recipe, s2 (still unmeasured with its loader fixed) and rnl1.
+  # Thirty-second session (H100, 20/task, "|--num-steps 1" after a variant's training args: see variant_eval_args):
+  # independent action levels at shift 20, sampled in one step, 0.53 (small preset) against the recipe's 0.56.
   local val="--set trainer.val_every=200"
   local variants=${VARIANTS:-"base:$val;s2:$val --set diffusion.future_video_stride=2;rnl1:$val --set diffusion.action_loss=l1 --set model.vision_stem=resnet"}
   local names=() recs=() spec name args i
@@ -377,7 +384,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   record_held  # the open loop's placements, in $CAMERA's recording
   stamp "sweep: ${#specs[@]} variants side by side, ${TRAIN_S} s each"
   for i in "${!specs[@]}"; do
-    read -r -a args <<< "${specs[i]#*:}"
+    read -r -a args <<< "$(variant_train_args "${specs[i]}")"
     DATA=$(data_dir "${recs[i]}") train metaworld_mt10 "${names[i]}" --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
       --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}" --set data.num_workers="$SWEEP_WORKERS" "${args[@]}" &
   done
@@ -386,17 +393,19 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # each did not fit a call after 330 s boxes on 2026-12-03)
   local share=$(( W / ${#names[@]} > 0 ? W / ${#names[@]} : 1 ))
   stamp "closed loop: ${#names[@]} variants side by side at $EPISODES/task, $share workers each"
-  for name in "${names[@]}"; do
+  for i in "${!names[@]}"; do
+    name=${names[i]}; read -r -a args <<< "$(variant_eval_args "${specs[i]}")"
     grep -h "train rc" "$LOG/train_$name.log"; tail -1 "$RUNS/$name/metrics.jsonl" 2>/dev/null | cut -c1-160
     cp "$RUNS/$name/metrics.jsonl" "$LOG/metrics_$name.jsonl" 2>/dev/null  # where each step's time went (data_wait_s)
     grep -h "val_loss" "$LOG/train_$name.log" | tail -4 | sed "s/^/$name: /"
     wamkit eval sim "$RUNS/$name" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
-      --device "$DEVICE" --out "$EV/$name" --expert-trace > "$LOG/eval_$name.log" 2>&1 &
+      --device "$DEVICE" --out "$EV/$name" --expert-trace "${args[@]}" > "$LOG/eval_$name.log" 2>&1 &
   done
   # beside them, each variant whose cameras the held-out recording ($CAMERA's) holds, in the held-out expert states (`eval open-loop`): which
   # axis it cannot read even on the data (the twenty-third session: x on push, button-press, reach, pick-place)
   for i in "${!names[@]}"; do
-    held_covers "${recs[i]}" && open_loop "${names[i]}" "open_loop_${names[i]}" > "$LOG/open_loop_${names[i]}.out" 2>&1 &
+    read -r -a args <<< "$(variant_eval_args "${specs[i]}" | grep -o -- '--num-steps [0-9]*')"  # the open loop's one sampler flag
+    held_covers "${recs[i]}" && open_loop "${names[i]}" "open_loop_${names[i]}" "${args[@]}" > "$LOG/open_loop_${names[i]}.out" 2>&1 &
   done
   wait
   for name in "${names[@]}"; do

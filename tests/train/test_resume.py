@@ -73,3 +73,27 @@ def test_adamw8bit_keeps_8bit_moments_for_large_matrices():
     opt.step()
     state = opt.state[model[0].weight]
     assert type(state["exp_avg"]).__name__ == "OptimState8bit" and state["exp_avg"].codes.dtype == torch.uint8
+
+
+def test_a_training_job_killed_by_sigterm_prints_where_each_thread_was(demo_root, tmp_path):
+    """A job stopped from outside (scheduler time limit, `timeout`) leaves its stacks in the log: a hang's
+    only trace (a sweep's run went silent in validation on 2026-12-06 and was killed with nothing said)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import REPO
+
+    args = ["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "terminated", 100000, 100000)]
+    proc = subprocess.Popen([sys.executable, "-m", "wamkit.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    metrics = tmp_path / "terminated" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().strip()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM  # still terminated, as without the dump
+    assert "most recent call first" in err and "trainer.py" in err, err[-3000:]

@@ -1,0 +1,18 @@
+"""Where a killed training process was: every thread's Python stack on SIGTERM.
+
+A job stopped from outside (a scheduler's time limit, `timeout`, a cluster pre-emption) otherwise ends
+silently; when the cause was a hang (a stalled loader, a collective waiting on a dead rank) the log
+then says nothing about where. faulthandler writes the stacks from its C handler, so it works even
+while the interpreter is stuck in a C call, and then lets the signal terminate the process as before."""
+
+from __future__ import annotations
+
+import faulthandler
+import signal
+import sys
+
+
+def dump_stacks_on_sigterm() -> None:
+    """Register once per process; the signal still terminates it (chain=True re-raises the default action)."""
+    if hasattr(signal, "SIGTERM") and hasattr(faulthandler, "register"):  # not on Windows
+        faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
