@@ -97,3 +97,20 @@ def test_a_training_job_killed_by_sigterm_prints_where_each_thread_was(demo_root
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM  # still terminated, as without the dump
     assert "most recent call first" in err and "trainer.py" in err, err[-3000:]
+
+
+def test_the_stack_dump_falls_back_to_the_original_stderr_when_stderr_has_no_file_descriptor(monkeypatch):
+    """Trainer.train() from a notebook or under a captured stream must not fail on faulthandler's fileno()."""
+    import faulthandler
+    import io
+    import sys
+
+    from wamkit.train.stack_dump import dump_stacks_on_sigterm
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    try:
+        assert dump_stacks_on_sigterm() is (sys.__stderr__ is not None)
+        monkeypatch.setattr(sys, "__stderr__", io.StringIO())
+        assert dump_stacks_on_sigterm() is False
+    finally:
+        faulthandler.unregister(signal.SIGTERM)

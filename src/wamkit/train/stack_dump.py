@@ -12,7 +12,18 @@ import signal
 import sys
 
 
-def dump_stacks_on_sigterm() -> None:
-    """Register once per process; the signal still terminates it (chain=True re-raises the default action)."""
-    if hasattr(signal, "SIGTERM") and hasattr(faulthandler, "register"):  # not on Windows
-        faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
+def dump_stacks_on_sigterm() -> bool:
+    """Register once per process; the signal still terminates it (chain=True re-raises the default action).
+    faulthandler writes to a file descriptor: where sys.stderr has none (a notebook, a test's captured
+    stream) the process's original stderr is used, and where that has none either nothing is registered.
+    Returns whether the handler is in place."""
+    if not hasattr(faulthandler, "register"):  # not on Windows
+        return False
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            continue
+        faulthandler.register(signal.SIGTERM, file=stream, all_threads=True, chain=True)
+        return True
+    return False
