@@ -411,7 +411,9 @@ def _dispatch(args) -> int:
         return _dry_run(cfg, section, frozen, dcfg)
     if args.command == "distill":
         from wamkit.distill import distill_main
+        from wamkit.train.stack_dump import dump_stacks_on_sigterm
 
+        dump_stacks_on_sigterm()
         summary = distill_main(args.recipe, args.overrides, device=args.device)
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
             print("[wamkit] done: " + json.dumps(summary, indent=2))
@@ -445,8 +447,10 @@ def _train(args) -> int:
     cfg = load_experiment(args.recipe, args.overrides)
     if args.dry_run:
         return _dry_run(cfg)
+    from wamkit.train.stack_dump import dump_stacks_on_sigterm
     from wamkit.train.trainer import Trainer
 
+    dump_stacks_on_sigterm()  # a job killed from outside says where it was (a hang's only trace)
     summary = Trainer(cfg, device=args.device, started=STARTED).train()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one summary, not one per process
         print("[wamkit] done: " + json.dumps(summary, indent=2))

@@ -1,11 +1,18 @@
-"""Exact resume after SIGKILL, and atomic checkpoint saves."""
+"""Exact resume after SIGKILL, and atomic checkpoint saves; the stacks a SIGTERM leaves."""
 
+import faulthandler
+import io
 import json
+import os
 import signal
+import subprocess
+import sys
+import time
 
-from tests.helpers import DEMO_RECIPE, quick_overrides, run_cli
+from tests.helpers import DEMO_RECIPE, REPO, quick_overrides, run_cli
 from wamkit.train.checkpoint import latest_checkpoint
 from wamkit.train.faults import KILL_AFTER_SAVE, KILL_DURING_SAVE
+from wamkit.train.stack_dump import dump_stacks_on_sigterm
 
 
 def _losses(run_dir):
@@ -78,13 +85,6 @@ def test_adamw8bit_keeps_8bit_moments_for_large_matrices():
 def test_a_training_job_killed_by_sigterm_prints_where_each_thread_was(demo_root, tmp_path):
     """A job stopped from outside (scheduler time limit, `timeout`) leaves its stacks in the log: a hang's
     only trace (a sweep's run went silent in validation on 2026-12-06 and was killed with nothing said)."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from tests.helpers import REPO
-
     args = ["train", str(DEMO_RECIPE), *quick_overrides(demo_root, tmp_path, "terminated", 100000, 100000)]
     proc = subprocess.Popen([sys.executable, "-m", "wamkit.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=os.environ.copy())
@@ -100,13 +100,7 @@ def test_a_training_job_killed_by_sigterm_prints_where_each_thread_was(demo_root
 
 
 def test_the_stack_dump_falls_back_to_the_original_stderr_when_stderr_has_no_file_descriptor(monkeypatch):
-    """Trainer.train() from a notebook or under a captured stream must not fail on faulthandler's fileno()."""
-    import faulthandler
-    import io
-    import sys
-
-    from wamkit.train.stack_dump import dump_stacks_on_sigterm
-
+    """`wamkit train` run in-process under a captured stream (as the CLI tests do) must not fail on faulthandler's fileno()."""
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     try:
         assert dump_stacks_on_sigterm() is (sys.__stderr__ is not None)

@@ -13,10 +13,11 @@ import sys
 
 
 def dump_stacks_on_sigterm() -> bool:
-    """Register once per process; the signal still terminates it (chain=True re-raises the default action).
-    faulthandler writes to a file descriptor: where sys.stderr has none (a notebook, a test's captured
-    stream) the process's original stderr is used, and where that has none either nothing is registered.
-    Returns whether the handler is in place."""
+    """Register once per process, by the command that owns it (`wamkit train`, `wamkit distill`: a library
+    call installs no process-wide handler); the signal still terminates it (chain=True re-raises the default
+    action). faulthandler writes to a file descriptor: where sys.stderr has none (the CLI run in-process
+    under a captured stream) the process's original stderr is used, and where that has none either nothing
+    is registered. Returns whether the handler is in place."""
     if not hasattr(faulthandler, "register"):  # not on Windows
         return False
     for stream in (sys.stderr, sys.__stderr__):

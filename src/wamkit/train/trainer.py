@@ -38,7 +38,6 @@ from wamkit.config.schedule import build_schedule
 from wamkit.train.datasets import build_run_data
 from wamkit.train.setup import (build_model, build_tokenizers, builds_on_meta, check_placement, check_vocab, load_base_weights,
                                 materialize_run_model)
-from wamkit.train.stack_dump import dump_stacks_on_sigterm
 from wamkit.train.step_timer import StepTimer
 from wamkit.train.stream import SampleOrder, batch_stream
 from wamkit.train.throughput import StartupTimeline, StepInterval, Throughput, seconds_since_launch
@@ -324,7 +323,6 @@ class Trainer:
         cfg = self.cfg.trainer
         main = self.ctx.is_main
         how = self.resume_or_init()
-        dump_stacks_on_sigterm()  # a job killed from outside says where it was (a hang's only trace)
         if main:
             self.local_dir.mkdir(parents=True, exist_ok=True)
             if is_remote(self.run_dir):  # the logs up to the checkpoint this launch resumes from
