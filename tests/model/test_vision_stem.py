@@ -13,15 +13,13 @@ from wamkit.export import export_run, verify_same_outputs
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FramePositionCosmos3
 from wamkit.model.materialize import materialize
-from wamkit.model.variants import (ConvStemFramePositionCosmos3, KeypointStemFramePositionCosmos3,
-                                   ResNetStemFramePositionCosmos3, transformer_class_named)
-from wamkit.model.vision_stem import KEYPOINTS, ConvStem, ConvStemCosmos3, KeypointStemCosmos3, ResNetStemCosmos3, SpatialSoftmax
+from wamkit.model.variants import ConvStemFramePositionCosmos3, ResNetStemFramePositionCosmos3, transformer_class_named
+from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3, ResNetStemCosmos3
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
 
 CONV = 'model.vision_stem="conv"'
 RESNET = 'model.vision_stem="resnet"'
-KEYPOINT = 'model.vision_stem="keypoints"'
 FOURIER = 'model.frame_positions="fourier"'
 
 
@@ -52,8 +50,7 @@ def test_features_are_packed_like_the_patches_they_were_computed_on():
 
 # the stem's own tensors: "conv" three convolutions and the projection; "resnet" one convolution, two residual
 # blocks (two GroupNorms and two convolutions each) and the projection
-# "keypoints": the residual stem's, the keypoint logits' convolution (weight, bias) and their projection
-@pytest.mark.parametrize("kind, stem_tensors", [("conv", 7), ("resnet", 2 + 2 * 8 + 1), ("keypoints", 2 + 2 * 8 + 1 + 3)])
+@pytest.mark.parametrize("kind, stem_tensors", [("conv", 7), ("resnet", 2 + 2 * 8 + 1)])
 def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(kind, stem_tensors):
     torch.manual_seed(0)
     plain = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
@@ -61,9 +58,7 @@ def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(k
     missing, unexpected = stemmed.load_state_dict(plain.state_dict(), strict=False)
     assert all(k.startswith("vision_stem.") for k in missing) and len(missing) == stem_tensors and not unexpected
     assert isinstance(stemmed, ConvStemCosmos3) and not stemmed.vision_stem.out.weight.any()
-    assert isinstance(stemmed, ResNetStemCosmos3) == (kind in ("resnet", "keypoints"))
-    if kind == "keypoints":
-        assert not stemmed.vision_stem.keypoint_out.weight.any()
+    assert isinstance(stemmed, ResNetStemCosmos3) == (kind == "resnet")
     latents = [torch.randn(1, 12, 2, 8, 8), torch.randn(1, 12, 1, 4, 6)]
     a, shapes = plain._patchify_and_pack_latents(latents)
     b, same = stemmed._patchify_and_pack_latents(latents)
@@ -79,42 +74,6 @@ def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(k
     c, _ = stemmed._patchify_and_pack_latents(moved)
     assert not torch.allclose(c[1], b[1])  # patch (0, 1) sees it through the stem
     assert torch.equal(a[1], plain._patchify_and_pack_latents(moved)[0][1])  # the patch embedding alone does not
-
-
-def test_a_keypoint_is_where_its_map_peaks():
-    """A map that is large at one pixel and zero elsewhere puts its keypoint on that pixel's column and row in
-    [-1, 1]; a flat map puts it at the frame's centre."""
-    softmax = SpatialSoftmax(channels=2, keypoints=2)
-    with torch.no_grad():
-        softmax.logits.weight.zero_()
-        softmax.logits.bias.zero_()
-        softmax.logits.weight[0, 0] = 1.0  # keypoint 0 reads channel 0; keypoint 1 sees nothing (flat)
-    features = torch.zeros(1, 2, 5, 9)
-    features[0, 0, 4, 2] = 60.0  # row 4 of 0..4 -> +1, column 2 of 0..8 -> -0.5
-    xs_then_ys = softmax(features)
-    torch.testing.assert_close(xs_then_ys, torch.tensor([[-0.5, 0.0, 1.0, 0.0]]), atol=1e-4, rtol=0)
-
-
-def test_keypoints_reach_every_patch_of_their_own_frame_only():
-    """A keypoint moved in frame 0 shifts every patch of frame 0 by the same vector and leaves frame 1's alone."""
-    torch.manual_seed(0)
-    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="keypoints")
-    assert isinstance(model, KeypointStemCosmos3) and model.vision_stem.spatial_softmax.logits.out_channels == KEYPOINTS
-    stem = model.vision_stem
-    with torch.no_grad():
-        stem.keypoint_out.weight.normal_()
-    latent = torch.randn(12, 2, 8, 8)  # two frames of 4x4 patches
-    before = stem(latent)
-    with torch.no_grad():
-        stem.keypoint_out.weight.mul_(2.0)  # the keypoints' share of each patch doubles; the rest (zero `out`) stays
-    after = stem(latent)
-    shift = (after - before).reshape(2, 16, -1)
-    assert shift[0].abs().sum() > 0 and shift[1].abs().sum() > 0
-    torch.testing.assert_close(shift[0], shift[0, :1].expand_as(shift[0]))  # the same vector on every patch
-    moved = latent.clone()
-    moved[:, 0, 6, 6] += 5.0  # frame 0 only
-    delta = (stem(moved) - after).reshape(2, 16, -1)
-    assert delta[0].abs().sum() > 0 and torch.equal(delta[1], torch.zeros_like(delta[1]))
 
 
 def test_combines_with_frame_positions_and_materialises_from_meta():
@@ -134,11 +93,6 @@ def test_combines_with_frame_positions_and_materialises_from_meta():
     materialize(residual, torch.device("cpu"), seed=0)
     norms = [m for m in residual.vision_stem.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert len(norms) == 4 and all(bool((n.weight == 1).all() and not n.bias.any()) for n in norms)
-    with torch.device("meta"):
-        keypoints = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="keypoints")
-    materialize(keypoints, torch.device("cpu"), seed=0)
-    assert not keypoints.vision_stem.keypoint_out.weight.any()
-    assert keypoints.vision_stem.spatial_softmax.logits.weight.abs().sum() > 0
 
 
 def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
@@ -154,8 +108,7 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
     ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
     ([FOURIER, RESNET], ResNetStemFramePositionCosmos3, "vision_stem.out.weight"),
-    ([FOURIER, KEYPOINT], KeypointStemFramePositionCosmos3, "vision_stem.keypoint_out.weight"),
-], ids=["frame_positions", "vision_stem", "both", "resnet_both", "keypoints_both"])
+], ids=["frame_positions", "vision_stem", "both", "resnet_both"])
 def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
     run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)

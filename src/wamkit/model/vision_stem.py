@@ -15,13 +15,7 @@ option, off by default.
 
 `model.vision_stem = "resnet"` puts two residual blocks (GroupNorm, GELU, two 3x3 convolutions each) after the
 first convolution: five convolutions and a receptive field of 11 latent positions, nearer the ResNet-18 that
-ACT reads its camera with, for the centimetre-level placement a push needs.
-
-`model.vision_stem = "keypoints"` adds a spatial softmax to the residual stem (Levine et al. 2016, the readout
-Diffusion Policy puts on its ResNet-18): KEYPOINTS learned feature maps, each turned into the expected (x, y) of its
-softmax over the frame, a frame-level summary of where things are. A zero-started projection of those coordinates
-is added to every patch of the frame, so any token an action row attends to carries them: "where the puck is" as
-a number rather than as a pattern across 64 tokens that attention has to learn to read."""
+ACT reads its camera with, for the centimetre-level placement a push needs."""
 
 from __future__ import annotations
 
@@ -35,9 +29,8 @@ STEM_CHANNELS = 64
 # Tensors each stem saves for the backward pass, STEM_CHANNELS values per latent position each (wamkit.train.memory):
 # "conv": three convolutions' outputs and their GELUs; "resnet": the first convolution's two, and per residual
 # block two norms, two GELUs, two convolutions and the sum.
-STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7, "keypoints": 2 + 2 * 7 + 1}  # + the keypoint logits (< 1)
+STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7}
 RESIDUAL_BLOCKS = 2
-KEYPOINTS = 32
 
 
 class ResidualBlock(torch.nn.Module):
@@ -55,29 +48,12 @@ class ResidualBlock(torch.nn.Module):
         return x + h
 
 
-class SpatialSoftmax(torch.nn.Module):
-    """Features [T, C, H, W] -> [T, 2K]: for each of K learned maps, the softmax-weighted mean column and row of
-    the frame in [-1, 1] (a keypoint's position, differentiable)."""
-
-    def __init__(self, channels: int, keypoints: int = KEYPOINTS):
-        super().__init__()
-        self.logits = torch.nn.Conv2d(channels, keypoints, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        weights = self.logits(x).flatten(2).float().softmax(-1)  # [T, K, H * W]
-        rows = torch.linspace(-1.0, 1.0, h, device=x.device).repeat_interleave(w)
-        cols = torch.linspace(-1.0, 1.0, w, device=x.device).repeat(h)
-        return torch.cat([weights @ cols, weights @ rows], dim=-1)
-
-
 class ConvStem(torch.nn.Module):
     """Latents [C, T, H, W] -> features [T * Hp * Wp, patch^2 * C] in diffusers' packing order (t, h, w).
     `residual_blocks = 0`: three plain convolutions ("conv"); otherwise one convolution and that many
-    residual blocks ("resnet"); `keypoints > 0` adds that many spatial-softmax keypoints to every patch ("keypoints")."""
+    residual blocks ("resnet")."""
 
-    def __init__(self, latent_channel: int, patch: int, channels: int = STEM_CHANNELS, residual_blocks: int = 0,
-                 keypoints: int = 0):
+    def __init__(self, latent_channel: int, patch: int, channels: int = STEM_CHANNELS, residual_blocks: int = 0):
         super().__init__()
         self.patch = patch
         plain = 1 if residual_blocks else 3
@@ -86,10 +62,6 @@ class ConvStem(torch.nn.Module):
         self.blocks = torch.nn.ModuleList([ResidualBlock(channels) for _ in range(residual_blocks)])
         self.out = torch.nn.Linear(patch * patch * channels, patch * patch * latent_channel, bias=False)
         torch.nn.init.zeros_(self.out.weight)
-        if keypoints:
-            self.spatial_softmax = SpatialSoftmax(channels, keypoints)
-            self.keypoint_out = torch.nn.Linear(2 * keypoints, patch * patch * latent_channel, bias=False)
-            torch.nn.init.zeros_(self.keypoint_out.weight)
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         x = latent.permute(1, 0, 2, 3).to(self.out.weight.dtype)  # the frames as a batch: [T, C, H, W]
@@ -97,26 +69,22 @@ class ConvStem(torch.nn.Module):
             x = F.gelu(conv(x))
         for block in self.blocks:
             x = block(x)
-        keypoint_input = x
         p, (t, c, h, w) = self.patch, x.shape
         x = F.pad(x, (0, -w % p, 0, -h % p))  # diffusers pads latents to whole patches with zeros
         hp, wp = x.shape[-2] // p, x.shape[-1] // p
-        patches = self.out(x.reshape(t, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).reshape(t, hp * wp, p * p * c))
-        if hasattr(self, "spatial_softmax"):
-            patches = patches + self.keypoint_out(self.spatial_softmax(keypoint_input).to(patches.dtype))[:, None]
-        return patches.flatten(0, 1)
+        x = x.reshape(t, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).reshape(t * hp * wp, p * p * c)
+        return self.out(x)
 
 
 class ConvStemCosmos3(Cosmos3OmniTransformer):
     """Cosmos3OmniTransformer with a convolutional stem added to its vision patches (module docstring)."""
 
     stem_residual_blocks = 0
-    stem_keypoints = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.vision_stem = ConvStem(self.config.latent_channel, self.config.latent_patch_size,
-                                    residual_blocks=self.stem_residual_blocks, keypoints=self.stem_keypoints)
+                                    residual_blocks=self.stem_residual_blocks)
 
     # diffusers reads a model's config keys off its __init__ signature (from_config / from_pretrained)
     __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
@@ -131,9 +99,3 @@ class ResNetStemCosmos3(ConvStemCosmos3):
     """The same with the residual stem (`model.vision_stem = "resnet"`)."""
 
     stem_residual_blocks = RESIDUAL_BLOCKS
-
-
-class KeypointStemCosmos3(ResNetStemCosmos3):
-    """The residual stem with spatial-softmax keypoints (`model.vision_stem = "keypoints"`)."""
-
-    stem_keypoints = KEYPOINTS
