@@ -1,4 +1,4 @@
-"""model.vision_stem = "conv" (and "resnet", "deep"): the stem's features land on the patch they were computed at (diffusers'
+"""model.vision_stem = "conv" (and "resnet"): the stem's features land on the patch they were computed at (diffusers'
 packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
 trains, combines with frame positions, materialises from meta; a run with either addition or both
 reloads and exports to a directory that loads back as the same class and outputs."""
@@ -13,15 +13,13 @@ from wamkit.export import export_run, verify_same_outputs
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FramePositionCosmos3
 from wamkit.model.materialize import materialize
-from wamkit.model.variants import (ConvStemFramePositionCosmos3, DeepStemFramePositionCosmos3,
-                                   ResNetStemFramePositionCosmos3, transformer_class_named)
-from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3, DeepStemCosmos3, ResNetStemCosmos3
+from wamkit.model.variants import ConvStemFramePositionCosmos3, ResNetStemFramePositionCosmos3, transformer_class_named
+from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3, ResNetStemCosmos3
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
 
 CONV = 'model.vision_stem="conv"'
 RESNET = 'model.vision_stem="resnet"'
-DEEP = 'model.vision_stem="deep"'
 FOURIER = 'model.frame_positions="fourier"'
 
 
@@ -52,9 +50,7 @@ def test_features_are_packed_like_the_patches_they_were_computed_on():
 
 # the stem's own tensors: "conv" three convolutions and the projection; "resnet" one convolution, two residual
 # blocks (two GroupNorms and two convolutions each) and the projection
-# "deep": the residual stem's and three stages of a strided block (two norms, two convolutions and the shortcut's, with
-# biases: 10) and a residual block (8), and their projection
-@pytest.mark.parametrize("kind, stem_tensors", [("conv", 7), ("resnet", 2 + 2 * 8 + 1), ("deep", 2 + 2 * 8 + 1 + 3 * 18 + 1)])
+@pytest.mark.parametrize("kind, stem_tensors", [("conv", 7), ("resnet", 2 + 2 * 8 + 1)])
 def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(kind, stem_tensors):
     torch.manual_seed(0)
     plain = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4)
@@ -62,9 +58,7 @@ def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(k
     missing, unexpected = stemmed.load_state_dict(plain.state_dict(), strict=False)
     assert all(k.startswith("vision_stem.") for k in missing) and len(missing) == stem_tensors and not unexpected
     assert isinstance(stemmed, ConvStemCosmos3) and not stemmed.vision_stem.out.weight.any()
-    assert isinstance(stemmed, ResNetStemCosmos3) == (kind in ("resnet", "deep"))
-    if kind == "deep":
-        assert isinstance(stemmed, DeepStemCosmos3) and not stemmed.vision_stem.deep_out.weight.any()
+    assert isinstance(stemmed, ResNetStemCosmos3) == (kind == "resnet")
     latents = [torch.randn(1, 12, 2, 8, 8), torch.randn(1, 12, 1, 4, 6)]
     a, shapes = plain._patchify_and_pack_latents(latents)
     b, same = stemmed._patchify_and_pack_latents(latents)
@@ -80,25 +74,6 @@ def test_starts_as_plain_cosmos3_then_sees_what_a_patch_embedding_alone_cannot(k
     c, _ = stemmed._patchify_and_pack_latents(moved)
     assert not torch.allclose(c[1], b[1])  # patch (0, 1) sees it through the stem
     assert torch.equal(a[1], plain._patchify_and_pack_latents(moved)[0][1])  # the patch embedding alone does not
-
-
-def test_a_deep_stem_token_sees_the_whole_frame_and_only_its_own():
-    """One latent changed in a corner of frame 0 reaches every patch of frame 0 through the deep stages (beyond the
-    residual stem's 11 positions) and no patch of frame 1."""
-    torch.manual_seed(0)
-    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="deep")
-    stem = model.vision_stem
-    with torch.no_grad():
-        stem.deep_out.weight.normal_()
-    latent = torch.randn(12, 2, 16, 16)  # two frames of 8x8 patches
-    moved = latent.clone()
-    moved[:, 0, 0, 0] += 1.0
-    changed = (stem(moved) - stem(latent)).reshape(2, 64, -1).abs().sum(-1)
-    assert bool((changed[0] > 0).all()) and not changed[1].any()
-    with torch.no_grad():
-        stem.deep_out.weight.zero_()
-    changed = (stem(moved) - stem(latent)).reshape(2, 64, -1).abs().sum(-1)
-    assert not changed[0, -1]  # the residual stem alone does not reach the far corner's patch
 
 
 def test_combines_with_frame_positions_and_materialises_from_meta():
@@ -118,11 +93,6 @@ def test_combines_with_frame_positions_and_materialises_from_meta():
     materialize(residual, torch.device("cpu"), seed=0)
     norms = [m for m in residual.vision_stem.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert len(norms) == 4 and all(bool((n.weight == 1).all() and not n.bias.any()) for n in norms)
-    with torch.device("meta"):
-        deep = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="deep")
-    materialize(deep, torch.device("cpu"), seed=0)
-    assert not deep.vision_stem.deep_out.weight.any()
-    assert all(m.weight.abs().sum() > 0 for m in deep.vision_stem.deep.modules() if isinstance(m, torch.nn.Conv2d))
 
 
 def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
@@ -138,8 +108,7 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
     ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
     ([FOURIER, RESNET], ResNetStemFramePositionCosmos3, "vision_stem.out.weight"),
-    ([FOURIER, DEEP], DeepStemFramePositionCosmos3, "vision_stem.deep_out.weight"),
-], ids=["frame_positions", "vision_stem", "both", "resnet_both", "deep_both"])
+], ids=["frame_positions", "vision_stem", "both", "resnet_both"])
 def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
     run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)

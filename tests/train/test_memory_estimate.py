@@ -297,7 +297,7 @@ def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(reci
     knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"])
     est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])
     assert est["total"] / GIB == pytest.approx(peak, rel=0.06)
-    saved = {"none": 0, "conv": 6, "resnet": 16, "deep": 32}[cfg.model.vision_stem]
+    saved = {"none": 0, "conv": 6, "resnet": 16}[cfg.model.vision_stem]
     assert est["vision stem"] == 256 * 5 * 16 * 16 * 64 * saved * 2  # batch x positions x channels x saved x bf16
 
 

@@ -15,15 +15,7 @@ option, off by default.
 
 `model.vision_stem = "resnet"` puts two residual blocks (GroupNorm, GELU, two 3x3 convolutions each) after the
 first convolution: five convolutions and a receptive field of 11 latent positions, nearer the ResNet-18 that
-ACT reads its camera with, for the centimetre-level placement a push needs.
-
-`model.vision_stem = "deep"` continues the residual stem as ResNet-18 continues its first stage: three more stages
-of two residual blocks (128, 256 and 512 channels), each halving the grid. On a 64 px frame space-to-depth by 4, the
-stem's 16x16 grid is ResNet-18's after its strided first convolution and max-pool, so the stages see what ACT's
-backbone sees; every stage's output, brought to the token grid (nearest), is concatenated per token and added to
-the patch through a zero-started projection: each token carries features of the whole frame (a 2x2 grid at the
-last stage) beside its own. The hybrid ViT of Dosovitskiy et al. 2021, for a model trained from scratch on a few
-thousand demonstrations."""
+ACT reads its camera with, for the centimetre-level placement a push needs."""
 
 from __future__ import annotations
 
@@ -37,10 +29,8 @@ STEM_CHANNELS = 64
 # Tensors each stem saves for the backward pass, STEM_CHANNELS values per latent position each (wamkit.train.memory):
 # "conv": three convolutions' outputs and their GELUs; "resnet": the first convolution's two, and per residual
 # block two norms, two GELUs, two convolutions and the sum.
-STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7, "deep": 2 + 2 * 7 + 16}  # deep: its stages' tensors at
-RESIDUAL_BLOCKS = 2  # 2x, 4x, 8x the channels on 1/4, 1/16, 1/64 of the positions: 14 * (2/4 + 4/16 + 8/64) ~ 12,
-# and the stages read at the token grid, 896 channels at 1/4 of the positions (~4)
-DEEP_STAGE_CHANNELS = (128, 256, 512)
+STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7}
+RESIDUAL_BLOCKS = 2
 
 
 class ResidualBlock(torch.nn.Module):
@@ -58,48 +48,12 @@ class ResidualBlock(torch.nn.Module):
         return x + h
 
 
-class DownBlock(torch.nn.Module):
-    """A residual block that halves the grid and changes the width (a strided 1x1 projection on the shortcut)."""
-
-    def __init__(self, channels_in: int, channels_out: int, groups: int = 8):
-        super().__init__()
-        self.norm_in = torch.nn.GroupNorm(groups, channels_in)
-        self.conv_in = torch.nn.Conv2d(channels_in, channels_out, 3, stride=2, padding=1)
-        self.norm_out = torch.nn.GroupNorm(groups, channels_out)
-        self.conv_out = torch.nn.Conv2d(channels_out, channels_out, 3, padding=1)
-        self.shortcut = torch.nn.Conv2d(channels_in, channels_out, 1, stride=2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv_in(F.gelu(self.norm_in(x)))
-        return self.shortcut(x) + self.conv_out(F.gelu(self.norm_out(h)))
-
-
-class DeepStages(torch.nn.Module):
-    """ResNet-18's stages 2-4 after the stem: [T, C, H, W] -> [T, hp * wp, sum(channels)], every stage's output
-    brought to the hp x wp token grid (nearest) and concatenated per token."""
-
-    def __init__(self, channels_in: int, stage_channels: tuple[int, ...] = DEEP_STAGE_CHANNELS):
-        super().__init__()
-        widths = (channels_in, *stage_channels)
-        self.stages = torch.nn.ModuleList([torch.nn.Sequential(DownBlock(a, b), ResidualBlock(b))
-                                           for a, b in zip(widths, widths[1:])])
-        self.channels = sum(stage_channels)
-
-    def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        features = []
-        for stage in self.stages:
-            x = stage(x)
-            features.append(F.interpolate(x, size=grid, mode="nearest"))
-        return torch.cat(features, dim=1).flatten(2).transpose(1, 2).contiguous()
-
-
 class ConvStem(torch.nn.Module):
     """Latents [C, T, H, W] -> features [T * Hp * Wp, patch^2 * C] in diffusers' packing order (t, h, w).
     `residual_blocks = 0`: three plain convolutions ("conv"); otherwise one convolution and that many
-    residual blocks ("resnet"); `deep` adds ResNet-18's later stages, read at the token grid ("deep")."""
+    residual blocks ("resnet")."""
 
-    def __init__(self, latent_channel: int, patch: int, channels: int = STEM_CHANNELS, residual_blocks: int = 0,
-                 deep: bool = False):
+    def __init__(self, latent_channel: int, patch: int, channels: int = STEM_CHANNELS, residual_blocks: int = 0):
         super().__init__()
         self.patch = patch
         plain = 1 if residual_blocks else 3
@@ -108,10 +62,6 @@ class ConvStem(torch.nn.Module):
         self.blocks = torch.nn.ModuleList([ResidualBlock(channels) for _ in range(residual_blocks)])
         self.out = torch.nn.Linear(patch * patch * channels, patch * patch * latent_channel, bias=False)
         torch.nn.init.zeros_(self.out.weight)
-        if deep:
-            self.deep = DeepStages(channels)
-            self.deep_out = torch.nn.Linear(self.deep.channels, patch * patch * latent_channel, bias=False)
-            torch.nn.init.zeros_(self.deep_out.weight)
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         x = latent.permute(1, 0, 2, 3).to(self.out.weight.dtype)  # the frames as a batch: [T, C, H, W]
@@ -122,22 +72,19 @@ class ConvStem(torch.nn.Module):
         p, (t, c, h, w) = self.patch, x.shape
         x = F.pad(x, (0, -w % p, 0, -h % p))  # diffusers pads latents to whole patches with zeros
         hp, wp = x.shape[-2] // p, x.shape[-1] // p
-        patches = self.out(x.reshape(t, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).reshape(t, hp * wp, p * p * c))
-        if hasattr(self, "deep"):
-            patches = patches + self.deep_out(self.deep(x, (hp, wp)))
-        return patches.flatten(0, 1)
+        x = x.reshape(t, c, hp, p, wp, p).permute(0, 2, 4, 3, 5, 1).reshape(t * hp * wp, p * p * c)
+        return self.out(x)
 
 
 class ConvStemCosmos3(Cosmos3OmniTransformer):
     """Cosmos3OmniTransformer with a convolutional stem added to its vision patches (module docstring)."""
 
     stem_residual_blocks = 0
-    stem_deep = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.vision_stem = ConvStem(self.config.latent_channel, self.config.latent_patch_size,
-                                    residual_blocks=self.stem_residual_blocks, deep=self.stem_deep)
+                                    residual_blocks=self.stem_residual_blocks)
 
     # diffusers reads a model's config keys off its __init__ signature (from_config / from_pretrained)
     __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
@@ -152,9 +99,3 @@ class ResNetStemCosmos3(ConvStemCosmos3):
     """The same with the residual stem (`model.vision_stem = "resnet"`)."""
 
     stem_residual_blocks = RESIDUAL_BLOCKS
-
-
-class DeepStemCosmos3(ResNetStemCosmos3):
-    """The residual stem with ResNet-18's later stages (`model.vision_stem = "deep"`)."""
-
-    stem_deep = True
