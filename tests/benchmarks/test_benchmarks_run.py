@@ -74,3 +74,18 @@ def test_camera_pixels_per_cm_prints_a_row_per_camera_and_the_corner_sees_x():
     assert float(rows[5][3].split("/")[0]) == pytest.approx(2 * corner_x, abs=0.02)  # the zoom doubles it
     topview_z = float(rows[3][3].split("/")[2])
     assert topview_z < corner_x  # looking down, height barely moves the image
+
+
+def test_position_probe_reads_a_position_the_state_holds_exactly(tmp_path):
+    """The demo's state is (x, y, vx, vy): probed for its own x, y, the hand-state column is exact (a linear map of
+    its input), the spread is not, and every source gets a finite error."""
+    from tests.helpers import train_tiny_run
+
+    run = train_tiny_run(tmp_path, "probe")
+    data = str(tmp_path / "reach")
+    out = _run("benchmarks/position_probe.py", str(run), "--frames", data, "--positions", data, "--targets", "xy=0:2",
+               "--test-episodes", "2", "--every", "8", "--alphas", "1e-6,1")
+    row = next(l for l in out.splitlines() if l.startswith("| xy |"))
+    spread, hand, pixels, tokens, head = (float(c.strip().removesuffix(" cm")) for c in row.strip("|").split("|")[1:])
+    assert hand < 0.01 * spread and spread > 0
+    assert all(v == v and v >= 0 for v in (pixels, tokens, head))
