@@ -106,6 +106,8 @@ def main() -> None:
     p.add_argument("--before", type=int, default=0, help="probe only steps before this one (0: all); early steps, "
                    "before the hand has moved the object, leave the hand's state nothing to give away")
     p.add_argument("--test-episodes", type=int, default=10, help="the last N episodes are held out from the probe's fit")
+    p.add_argument("--noise-scale", type=float, default=1.0, help="the sampler's starting noise (0: the action rows "
+                   "start from zeros, so what they read does not depend on a random draw)")
     p.add_argument("--targets", default=TARGETS, help="name=first:end columns of --positions' observation.state")
     p.add_argument("--alphas", default="1,10,100,1000,10000,100000", help="ridge strengths tried; the best held-out one is reported")
     args = p.parse_args()
@@ -116,6 +118,7 @@ def main() -> None:
         raise SystemExit("--frames and --positions hold different episodes or lengths: not recordings of the same seeds")
     split = len(episodes) - args.test_episodes
     policy = Policy.from_checkpoint(args.run)
+    policy.noise_scale = args.noise_scale
     feats, inputs, pixels, states = action_head_features(policy, frames, episodes, args.every, args.before)
     alphas = [float(a) for a in args.alphas.split(",")]
     print(f"{args.run}: {sum(len(f) for f in feats)} frames, probe fitted on {split} episodes, scored on {args.test_episodes}")
