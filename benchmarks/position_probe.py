@@ -6,9 +6,10 @@ states the action head reads (the input of `action_proj_out` at the chunk's rows
 recorded frames, fits a ridge regression from them to the object's position on the first episodes and reports its
 error on the rest, in centimetres, beside the same probe on the raw pixels, on the observed frame's tokens where
 they enter the trunk, on the hand's state alone, and the spread of the position itself (what predicting the mean
-costs): a position the pixels and the input tokens give and the action head's input does not is lost in the trunk. The positions come from a second recording of the
-same episodes made with the privileged state (`benchmarks/privileged_state.patch`: columns obj_x, obj_y, goal_x,
-goal_y after the hand's four), aligned frame by frame.
+costs): a position the pixels and the input tokens give and the action head's input does not is lost in the trunk.
+The positions come from a second recording of the same episodes made with the privileged state
+(`benchmarks/privileged_state.patch`: columns obj_x, obj_y, goal_x, goal_y after the hand's four), aligned frame
+by frame.
 
     python benchmarks/position_probe.py RUN --frames /tmp/tb/pu50_z2 --positions /tmp/tb/pu50_priv [--every 4] [--before 40]
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
 
 from wamkit.data.lerobot_v3 import LeRobotV3Dataset
 from wamkit.eval.open_loop import load_recorded
@@ -47,10 +47,9 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
     """Per probed step of each episode: the action head's input averaged over the chunk's rows [N, hidden], the
     observed frame's tokens as the trunk receives them (proj_in's output, the stem included) [N, tokens * hidden],
     the frames [N, H*W*3] and the hand states."""
-    captured: list[torch.Tensor] = []
-    seen: dict = {}
+    seen: dict = {}  # what the hooks saw in the last forward
     model = policy.model
-    hooks = [model.action_proj_out.register_forward_hook(lambda m, args, out: captured.append(args[0].detach().float())),
+    hooks = [model.action_proj_out.register_forward_hook(lambda m, args, out: seen.update(rows=args[0].detach().float())),
              model.register_forward_pre_hook(lambda m, args, kw: seen.update(shapes=kw["vision_token_shapes"]), with_kwargs=True),
              model.proj_in.register_forward_hook(lambda m, args, out: seen.update(tokens=out.detach().float()))]
     feats, inputs, pixels, states = [], [], [], []
@@ -59,9 +58,8 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
             rec = load_recorded(dataset, ep, policy)
             steps = probe_steps(len(rec.actions), every, before)
             obs = [{"image": rec.image(t), "prompt": rec.task, "state": rec.states[t] if policy.use_state else None} for t in steps]
-            captured.clear()
             policy.predict(obs, seed=seed + ep, num_steps=1)
-            rows = captured[-1].reshape(len(steps), -1, captured[-1].shape[-1])  # [n, chunk rows, hidden]
+            rows = seen["rows"].reshape(len(steps), -1, seen["rows"].shape[-1])  # [n, chunk rows, hidden]
             feats.append(rows.mean(1).cpu().numpy())
             frames = sum(shape[0] for shape in seen["shapes"]) // len(steps)  # latent frames a sample (merged packs)
             per_frame = seen["shapes"][0][1] * seen["shapes"][0][2]
@@ -75,13 +73,13 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
     return feats, inputs, pixels, states
 
 
-def recorded_positions(dataset: LeRobotV3Dataset, episodes: list[int], every: int, before: int,
-                       columns: tuple[int, int]) -> list[np.ndarray]:
+def recorded_states(dataset: LeRobotV3Dataset, episodes: list[int], every: int, before: int) -> list[np.ndarray]:
+    """The privileged recording's whole state at the probed steps of each episode (read once for every target)."""
     out = []
     for ep in episodes:
         length = dataset.episode_length(ep)
         state = dataset.episode_columns(ep, ["observation.state"])["observation.state"].reshape(length, -1)
-        out.append(state[probe_steps(length, every, before), columns[0]:columns[1]].astype(np.float64))
+        out.append(state[probe_steps(length, every, before)].astype(np.float64))
     return out
 
 
@@ -124,8 +122,9 @@ def main() -> None:
     print(f"{args.run}: {sum(len(f) for f in feats)} frames, probe fitted on {split} episodes, scored on {args.test_episodes}")
     print("| target | spread (predict the mean) | hand state | raw pixels | observed frame's tokens at the trunk's input | action head's input |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, cols in parse_targets(args.targets).items():
-        y = recorded_positions(positions, episodes, args.every, args.before, cols)
+    recorded = recorded_states(positions, episodes, args.every, args.before)
+    for name, (first, end) in parse_targets(args.targets).items():
+        y = [state[:, first:end] for state in recorded]
         ty, vy = np.concatenate(y[:split]), np.concatenate(y[split:])
         spread = float(np.sqrt(((vy - ty.mean(0)) ** 2).sum(1).mean()) * 100)
         cells = [spread]
