@@ -407,10 +407,11 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
     row.steps, row.batch_size, row.samples_seen = steps, args.batch_size, steps * args.batch_size
     row.final_loss = float(np.mean(losses[-max(1, min(50, steps // 4)):]))
     lr = optimizer.param_groups[0]["lr"] if scheduler is None else optim_cfg.lr
+    executed = f"the first {args.horizon or chunk} executed per re-plan"  # the harness's, not lerobot's action queue
     if method == "act":
-        arch = f"chunk_size {config.chunk_size}, dim_model {config.dim_model}, VAE (kl_weight {config.kl_weight:g})"
+        arch = f"chunk_size {config.chunk_size} ({executed}), dim_model {config.dim_model}, VAE (kl_weight {config.kl_weight:g})"
     else:
-        arch = (f"n_obs_steps 1, horizon {config.horizon}, n_action_steps {config.n_action_steps}, down_dims "
+        arch = (f"n_obs_steps 1, horizon {config.horizon}, n_action_steps {config.n_action_steps} ({executed}), down_dims "
                 f"{list(config.down_dims)}, GroupNorm, {config.noise_scheduler_type} {policy.diffusion.num_inference_steps} inference steps")
     row.note = (f"{steps} steps x {args.batch_size} samples, lerobot preset optimizer {type(optim_cfg).__name__} lr {lr:g}"
                 f"{', ' + type(sched_cfg).__name__ + ' ' + sched_cfg.name if sched_cfg is not None else ''}, grad clip "
