@@ -36,7 +36,7 @@
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
 # EPISODES=20); EVAL_RUN=<variant> evaluates a sweep's run instead:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=eval EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=300)
-# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe, its video objective on every 2nd frame, the L1 action loss with the residual stem;
+# PHASE=sweep trains recipe variants (VARIANTS; default: the recipe and the one before the thirty-fourth session (every future frame, shift 1);
 # validation every 200 steps; "name@CAMERAS[/PX[/PIX_FMT[/NOISE]]]:..." trains a variant on a recording of other cameras, frame size, pixel format or expert noise)
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
@@ -375,7 +375,10 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
   # Thirty-second session (H100, 20/task, "|--num-steps 1" after a variant's training args: see variant_eval_args):
   # independent action levels at shift 20, sampled in one step, 0.53 (small preset) against the recipe's 0.56.
   local val="--set trainer.val_every=200"
-  local variants=${VARIANTS:-"base:$val;s2:$val --set diffusion.future_video_stride=2;rnl1:$val --set diffusion.action_loss=l1 --set model.vision_stem=resnet"}
+  # Thirty-fourth (H100, 20/task): s2 0.635 / 0.62 against the recipe's 0.62 / 0.64; s2 with shift 20 ("|--num-steps 1")
+  # 0.665 / 0.645, peg-insert 11/40: the recipe since. Default since: the recipe beside the one before it (every
+  # future frame, shift 1), which the next sweep should reproduce.
+  local variants=${VARIANTS:-"base:$val;prev:$val --set diffusion.future_video_stride=1 --set diffusion.shift=1"}
   local names=() recs=() spec name args i
   IFS=';' read -r -a specs <<< "$variants"
   for spec in "${specs[@]}"; do  # "name[@rec]:args": each variant's name and recording, each recording made once
