@@ -288,8 +288,9 @@ H200_PEAKS = [
                          ids=["conv_stem", "plain", "g16", "r128", "two_cameras", "world_model_full_res", "resnet_l1", "recipe"])
 def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(recipe, overrides, canvas, text, peak):
     """The latents (3 x 8 x 8 x 4 values in each token at pixel factor 8) and what lives outside the
-    decoder layers are counted: the estimate of each run's first step is at most 6% under its peak (a run the
-    estimate passes must fit) and at most 10% over it (the recipe at future_video_stride 2: +9%)."""
+    decoder layers are counted: the estimate of each run's first step is within 6% of its peak, except that a
+    strided future video (the recipe since the thirty-fourth session, stride 2) measured 9% over: what of it the
+    estimate counts and the step does not hold is not found yet, so those runs may be up to 10% over."""
     from pathlib import Path
 
     from wamkit.model.tokenizer import latent_channels_for
@@ -301,7 +302,8 @@ def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(reci
     sample = memory.token_counts(cfg, model.config, canvas, text)
     knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"])
     est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])
-    assert 0.94 * peak <= est["total"] / GIB <= 1.10 * peak
+    over = 1.10 if cfg.diffusion.future_video_stride > 1 else 1.06
+    assert 0.94 * peak <= est["total"] / GIB <= over * peak
     saved = {"none": 0, "conv": 6, "resnet": 16}[cfg.model.vision_stem]
     assert est["vision stem"] == 256 * sample["latent_positions"] * 64 * saved * 2  # batch x positions x channels x saved x bf16
 
