@@ -1,4 +1,4 @@
-"""model.vision_stem = "conv" (and "resnet"): the stem's features land on the patch they were computed at (diffusers'
+"""model.vision_stem = "conv" (and "resnet", "action_keypoints"): the stem's features land on the patch they were computed at (diffusers'
 packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
 trains, combines with frame positions, materialises from meta; a run with either addition or both
 reloads and exports to a directory that loads back as the same class and outputs."""
@@ -10,11 +10,16 @@ from tests.helpers import DEMO_RECIPE, train_tiny_run
 from wamkit.config import load_experiment
 from wamkit.errors import ConfigError
 from wamkit.export import export_run, verify_same_outputs
+from wamkit.model.attention import packed_layout
+from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FramePositionCosmos3
 from wamkit.model.materialize import materialize
-from wamkit.model.variants import ConvStemFramePositionCosmos3, ResNetStemFramePositionCosmos3, transformer_class_named
-from wamkit.model.vision_stem import ConvStem, ConvStemCosmos3, ResNetStemCosmos3
+from wamkit.model.packing import SequenceSample, pack_samples
+from wamkit.model.variants import (ActionKeypointStemFramePositionCosmos3, ConvStemFramePositionCosmos3,
+                                   ResNetStemFramePositionCosmos3, transformer_class_named)
+from wamkit.model.vision_stem import (ActionKeypointStemCosmos3, ConvStem, ConvStemCosmos3, ResNetStemCosmos3,
+                                      observed_frame_of_rows)
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
 
@@ -108,7 +113,8 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
     ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
     ([FOURIER, RESNET], ResNetStemFramePositionCosmos3, "vision_stem.out.weight"),
-], ids=["frame_positions", "vision_stem", "both", "resnet_both"])
+    ([FOURIER, 'model.vision_stem="action_keypoints"'], ActionKeypointStemFramePositionCosmos3, "action_keypoint_out.weight"),
+], ids=["frame_positions", "vision_stem", "both", "resnet_both", "action_keypoints_both"])
 def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
     run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)
@@ -119,3 +125,41 @@ def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls
         reloaded = load_transformer(exported / "transformer", use_from_pretrained=use_from_pretrained)
         assert type(reloaded) is cls
         verify_same_outputs(loaded.model, reloaded, loaded.contract, 12, loaded.text_tokenizer, atol=0, rtol=0)
+
+
+def test_each_action_row_reads_its_own_samples_latest_observed_frame():
+    assert observed_frame_of_rows(torch.tensor([1, 2]), 3, 4).tolist() == [0, 0, 0, 0]
+    # two samples of 3 frames and 4 rows each, merged into one item
+    assert observed_frame_of_rows(torch.tensor([1, 2, 4, 5]), 6, 8).tolist() == [0] * 4 + [3] * 4
+    # two observed frames each: the later one, for every row of the sample (3 rows a sample)
+    assert observed_frame_of_rows(torch.tensor([2, 3, 6, 7]), 8, 6).tolist() == [1] * 3 + [5] * 3
+
+
+def test_action_keypoints_reach_their_own_samples_action_rows_merged_or_not():
+    """Each sample's action rows get the keypoints of its own latest observed frame: a merged pack (one item for
+    all samples) gives the per-sample pack's actions, the projection moves them, and with it at zero (as built)
+    the model is the residual stem's."""
+    gen = torch.Generator().manual_seed(5)
+    samples = [SequenceSample(text_ids=[4, 5, 6], video=torch.randn(12, 3, 4, 4, generator=gen),
+                              actions=torch.randn(9, 8, generator=gen), clean_video_frames=[0], clean_action_rows=[0],
+                              sigma=sigma, domain_id=1, fps=10.0, action_start_frame=0) for sigma in (0.3, 0.7, 0.5)]
+    torch.manual_seed(0)
+    model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4,
+                              vision_stem="action_keypoints").eval()
+    assert isinstance(model, ActionKeypointStemCosmos3) and not model.action_keypoint_out.weight.any()
+    resnet = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="resnet").eval()
+    resnet.load_state_dict(model.state_dict(), strict=False)
+    processors = [install_packed_attention(m) for m in (model, resnet)]
+
+    def actions(m, processor, merge):
+        batch = pack_samples(samples, m.config, merge=merge)
+        with packed_layout(processor, batch), torch.no_grad():
+            return batch.action_outputs(m(**batch.forward_kwargs))
+
+    torch.testing.assert_close(actions(model, processors[0], False), actions(resnet, processors[1], False))
+    with torch.no_grad():
+        model.action_keypoint_out.weight.normal_()
+        model.vision_stem.out.weight.normal_()
+    separate, merged = actions(model, processors[0], False), actions(model, processors[0], True)
+    torch.testing.assert_close(merged, separate, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(separate, actions(resnet, processors[1], False), atol=1e-3)

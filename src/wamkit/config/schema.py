@@ -24,7 +24,7 @@ SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 OPTIMIZER_KINDS = ("adamw", "adamw8bit")
 TOKENIZER_KINDS = ("pixel", "pixel_unshuffle", "wan2.2")
 FRAME_POSITION_KINDS = ("none", "fourier")  # wamkit.model.frame_positions
-VISION_STEM_KINDS = ("none", "conv", "resnet")  # wamkit.model.vision_stem
+VISION_STEM_KINDS = ("none", "conv", "resnet", "action_keypoints")  # wamkit.model.vision_stem
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
@@ -163,7 +163,9 @@ class ModelConfig:
     # patches through a projection that starts at zero (wamkit.model.vision_stem): local features before
     # attention, which a model trained from scratch on few demonstrations otherwise builds from patches. For models
     # trained from scratch; a base checkpoint has no such weights. resnet: one convolution and two residual blocks
-    # (five convolutions, GroupNorm), a deeper reader of the frame.
+    # (five convolutions, GroupNorm), a deeper reader of the frame. action_keypoints: the residual stem plus 32
+    # spatial-softmax keypoints of each sample's latest observed frame added to its action rows (measured once,
+    # benchmarks/RESULTS.md thirty-fifth session: 0.665 against 0.64 on MT10, inside the noise).
     vision_stem: str = "none"
 
 

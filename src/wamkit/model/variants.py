@@ -6,7 +6,7 @@ from __future__ import annotations
 from diffusers import Cosmos3OmniTransformer
 
 from wamkit.model.frame_positions import FramePositionCosmos3
-from wamkit.model.vision_stem import ConvStemCosmos3, ResNetStemCosmos3
+from wamkit.model.vision_stem import ActionKeypointStemCosmos3, ConvStemCosmos3, ResNetStemCosmos3
 
 
 class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
@@ -18,9 +18,15 @@ class ResNetStemFramePositionCosmos3(ResNetStemCosmos3, FramePositionCosmos3):
     """The residual stem and the frame positions."""
 
 
+class ActionKeypointStemFramePositionCosmos3(ActionKeypointStemCosmos3, FramePositionCosmos3):
+    """The residual stem with keypoints for the action rows, and the frame positions."""
+
+
 BY_OPTIONS = {("none", "none"): Cosmos3OmniTransformer, ("fourier", "none"): FramePositionCosmos3,
               ("none", "conv"): ConvStemCosmos3, ("fourier", "conv"): ConvStemFramePositionCosmos3,
-              ("none", "resnet"): ResNetStemCosmos3, ("fourier", "resnet"): ResNetStemFramePositionCosmos3}
+              ("none", "resnet"): ResNetStemCosmos3, ("fourier", "resnet"): ResNetStemFramePositionCosmos3,
+              ("none", "action_keypoints"): ActionKeypointStemCosmos3,
+              ("fourier", "action_keypoints"): ActionKeypointStemFramePositionCosmos3}
 BY_NAME = {cls.__name__: cls for cls in BY_OPTIONS.values()}
 
 

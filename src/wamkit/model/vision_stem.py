@@ -15,7 +15,14 @@ option, off by default.
 
 `model.vision_stem = "resnet"` puts two residual blocks (GroupNorm, GELU, two 3x3 convolutions each) after the
 first convolution: five convolutions and a receptive field of 11 latent positions, nearer the ResNet-18 that
-ACT reads its camera with, for the centimetre-level placement a push needs."""
+ACT reads its camera with, for the centimetre-level placement a push needs.
+
+`model.vision_stem = "action_keypoints"` adds a read-out the action rows see directly: the residual stem's features
+of each sample's latest observed frame go through a spatial softmax (Levine et al. 2016; Diffusion Policy's
+read-out of its ResNet-18): KEYPOINTS learned maps, each turned into the expected (x, y) of its softmax over the
+frame, and a zero-started projection of those coordinates is added to every action row of that sample where it
+enters the trunk. A linear probe found the goal marker's position in the frame's tokens and not at the action
+head (benchmarks/RESULTS.md, thirty-third session): the rows must otherwise fetch it by attention."""
 
 from __future__ import annotations
 
@@ -29,8 +36,9 @@ STEM_CHANNELS = 64
 # Tensors each stem saves for the backward pass, STEM_CHANNELS values per latent position each (wamkit.train.memory):
 # "conv": three convolutions' outputs and their GELUs; "resnet": the first convolution's two, and per residual
 # block two norms, two GELUs, two convolutions and the sum.
-STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7}
+STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7, "action_keypoints": 2 + 2 * 7}
 RESIDUAL_BLOCKS = 2
+KEYPOINTS = 32
 
 
 class ResidualBlock(torch.nn.Module):
@@ -48,6 +56,22 @@ class ResidualBlock(torch.nn.Module):
         return x + h
 
 
+class SpatialSoftmax(torch.nn.Module):
+    """Features [N, C, H, W] -> [N, 2K]: for each of K learned maps, the softmax-weighted mean column and row of
+    the frame in [-1, 1] (a keypoint's position, differentiable)."""
+
+    def __init__(self, channels: int, keypoints: int = KEYPOINTS):
+        super().__init__()
+        self.logits = torch.nn.Conv2d(channels, keypoints, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        weights = self.logits(x).flatten(2).float().softmax(-1)  # [N, K, H * W]
+        rows = torch.linspace(-1.0, 1.0, h, device=x.device).repeat_interleave(w)
+        cols = torch.linspace(-1.0, 1.0, w, device=x.device).repeat(h)
+        return torch.cat([weights @ cols, weights @ rows], dim=-1)
+
+
 class ConvStem(torch.nn.Module):
     """Latents [C, T, H, W] -> features [T * Hp * Wp, patch^2 * C] in diffusers' packing order (t, h, w).
     `residual_blocks = 0`: three plain convolutions ("conv"); otherwise one convolution and that many
@@ -63,12 +87,20 @@ class ConvStem(torch.nn.Module):
         self.out = torch.nn.Linear(patch * patch * channels, patch * patch * latent_channel, bias=False)
         torch.nn.init.zeros_(self.out.weight)
 
-    def forward(self, latent: torch.Tensor) -> torch.Tensor:
+    def features(self, latent: torch.Tensor) -> torch.Tensor:
+        """Latents [C, T, H, W] -> the stem's features [T, channels, H, W]."""
         x = latent.permute(1, 0, 2, 3).to(self.out.weight.dtype)  # the frames as a batch: [T, C, H, W]
         for conv in self.convs:
             x = F.gelu(conv(x))
         for block in self.blocks:
             x = block(x)
+        return x
+
+    def forward(self, latent: torch.Tensor) -> torch.Tensor:
+        return self.patches(self.features(latent))
+
+    def patches(self, x: torch.Tensor) -> torch.Tensor:
+        """Features [T, channels, H, W] -> [T * Hp * Wp, patch^2 * C] through the zero-started projection."""
         p, (t, c, h, w) = self.patch, x.shape
         x = F.pad(x, (0, -w % p, 0, -h % p))  # diffusers pads latents to whole patches with zeros
         hp, wp = x.shape[-2] // p, x.shape[-1] // p
@@ -91,11 +123,70 @@ class ConvStemCosmos3(Cosmos3OmniTransformer):
 
     def _patchify_and_pack_latents(self, tokens_vision: list[torch.Tensor]):
         packed, shapes = super()._patchify_and_pack_latents(tokens_vision)
-        stem = torch.cat([self.vision_stem(latent.squeeze(0)) for latent in tokens_vision])
+        features = [self.vision_stem.features(latent.squeeze(0)) for latent in tokens_vision]
+        self._read_stem_features(features)
+        stem = torch.cat([self.vision_stem.patches(x) for x in features])
         return packed + stem.to(packed.dtype), shapes
+
+    def _read_stem_features(self, features: list[torch.Tensor]) -> None:
+        """Each vision item's stem features [T, channels, H, W], for subclasses that read more from them."""
 
 
 class ResNetStemCosmos3(ConvStemCosmos3):
     """The same with the residual stem (`model.vision_stem = "resnet"`)."""
 
     stem_residual_blocks = RESIDUAL_BLOCKS
+
+
+def observed_frame_of_rows(noisy: torch.Tensor, frames: int, rows: int) -> torch.Tensor:
+    """long [rows]: for each action row of an item of `frames` frames, the last frame of its sample's observed
+    (clean) run. A merged item holds its samples one after another, each with the same frame and row counts, so
+    row r belongs to the sample whose frames include r * frames // rows; a clean frame maps forward to the end of
+    its run, a noisy one back to the run before it. On the device, without a host sync (a captured CUDA graph
+    may not sync)."""
+    index = torch.arange(frames, device=noisy.device)
+    clean = torch.ones(frames, dtype=torch.bool, device=noisy.device).index_fill(0, noisy, False)
+    run_end = clean & ~torch.cat([clean[1:], clean.new_zeros(1)])
+    last_before = torch.where(run_end, index, 0).cummax(0).values
+    next_after = torch.where(run_end, index, frames - 1).flip(0).cummin(0).values.flip(0)
+    per_frame = torch.where(clean, next_after, last_before)
+    return per_frame[torch.arange(rows, device=noisy.device) * frames // rows]
+
+
+class ActionKeypointStemCosmos3(ResNetStemCosmos3):
+    """The residual stem whose spatial-softmax keypoints of each sample's latest observed frame are added to
+    that sample's action rows (`model.vision_stem = "action_keypoints"`, module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.action_keypoints = SpatialSoftmax(STEM_CHANNELS, KEYPOINTS)
+        self.action_keypoint_out = torch.nn.Linear(2 * KEYPOINTS, self.config.hidden_size, bias=False)
+        torch.nn.init.zeros_(self.action_keypoint_out.weight)
+        self._keypoints: list[torch.Tensor] = []  # per vision item, every frame's [T, 2K]; set by each forward
+        self._forward_kwargs: dict = {}
+        self.action_proj_in.register_forward_hook(self._add_keypoints_to_action_rows)
+
+    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
+
+    def forward(self, *args, **kwargs):
+        if args:
+            raise TypeError("model.vision_stem = 'action_keypoints' takes the forward's inputs as keywords "
+                            "(it reads vision_noisy_frame_indexes and action_token_shapes)")
+        self._forward_kwargs = kwargs
+        try:
+            return super().forward(**kwargs)
+        finally:
+            self._keypoints, self._forward_kwargs = [], {}
+
+    def _read_stem_features(self, features: list[torch.Tensor]) -> None:
+        self._keypoints = [self.action_keypoints(x) for x in features]
+
+    def _add_keypoints_to_action_rows(self, module, args, out: torch.Tensor) -> torch.Tensor:
+        noisy, shapes = self._forward_kwargs["vision_noisy_frame_indexes"], self._forward_kwargs["action_token_shapes"]
+        if len(self._keypoints) != len(shapes):
+            raise RuntimeError(f"action_keypoints: {len(self._keypoints)} vision items against {len(shapes)} "
+                               "action items; every policy sample needs both")
+        per_row = [keypoints[observed_frame_of_rows(frames_noisy, keypoints.shape[0], shape[0])]
+                   for keypoints, frames_noisy, shape in zip(self._keypoints, noisy, shapes)]
+        added = self.action_keypoint_out(torch.cat(per_row).to(self.action_keypoint_out.weight.dtype))
+        return out + added.to(out.dtype)
