@@ -3,10 +3,11 @@
 A policy that solves push from the object's recorded position (the privileged-state testbed) and fails it from
 the frame either does not encode where the puck is, or encodes it and does not act on it. This reads the hidden
 states the action head reads (the input of `action_proj_out` at the chunk's rows, averaged over the rows) in
-recorded frames, fits a ridge regression from them to the object's position on the first episodes and reports its
-error on the rest, in centimetres, beside the same probe on the raw pixels, on the observed frame's tokens where
+recorded frames, fits a ridge regression from them to the object's position on the first episodes (its strength
+chosen by cross-validation over those episodes) and reports its error on the rest, in centimetres, beside the same probe on the raw pixels, on the observed frame's tokens where
 they enter the trunk, on the hand's state alone, and the spread of the position itself (what predicting the mean
 costs): a position the pixels and the input tokens give and the action head's input does not is lost in the trunk.
+With `model.vision_stem = "action_keypoints"` a last column probes the keypoints the action rows are given.
 The positions come from a second recording of the same episodes made with the privileged state
 (`benchmarks/privileged_state.patch`: columns obj_x, obj_y, goal_x, goal_y after the hand's four), aligned frame
 by frame.
@@ -52,7 +53,10 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
     hooks = [model.action_proj_out.register_forward_hook(lambda m, args, out: seen.update(rows=args[0].detach().float())),
              model.register_forward_pre_hook(lambda m, args, kw: seen.update(shapes=kw["vision_token_shapes"]), with_kwargs=True),
              model.proj_in.register_forward_hook(lambda m, args, out: seen.update(tokens=out.detach().float()))]
-    feats, inputs, pixels, states = [], [], [], []
+    if hasattr(model, "action_keypoint_out"):  # model.vision_stem = "action_keypoints": what the rows are given
+        hooks.append(model.action_keypoint_out.register_forward_hook(
+            lambda m, args, out: seen.update(keypoints=args[0].detach().float())))
+    feats, inputs, pixels, states, keypoints = [], [], [], [], []
     try:
         for ep in episodes:
             rec = load_recorded(dataset, ep, policy)
@@ -67,10 +71,14 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
             inputs.append(tokens.flatten(1).cpu().numpy())
             pixels.append(np.stack([np.asarray(rec.image(t), np.float32).reshape(-1) / 255.0 for t in steps]))
             states.append(np.stack([rec.states[t] for t in steps]) if rec.states is not None else np.zeros((len(steps), 0)))
+            if "keypoints" in seen:  # the same keypoints on every row of a sample
+                keypoints.append(seen["keypoints"].reshape(len(steps), -1, seen["keypoints"].shape[-1])[:, 0].cpu().numpy())
+            else:
+                keypoints.append(np.zeros((len(steps), 0)))
     finally:
         for hook in hooks:
             hook.remove()
-    return feats, inputs, pixels, states
+    return feats, inputs, pixels, states, keypoints
 
 
 def recorded_states(dataset: LeRobotV3Dataset, episodes: list[int], every: int, before: int) -> list[np.ndarray]:
@@ -95,6 +103,27 @@ def ridge_error_cm(train_x, train_y, test_x, test_y, alpha: float) -> float:
     return float(np.sqrt(((b @ w + y_mean - test_y) ** 2).sum(1).mean()) * 100)
 
 
+def chosen_alpha(xs: list[np.ndarray], ys: list[np.ndarray], alphas: list[float], folds: int = 4) -> float:
+    """The ridge strength with the lowest mean error over `folds` folds of the fitting episodes (episode i in fold
+    i % folds): the held-out episodes never choose it, so their error is not the best of several tries."""
+    folds = min(folds, len(xs))
+    if folds < 2:
+        raise SystemExit("the probe needs at least 2 fitting episodes to choose its ridge strength: "
+                         "lower --test-episodes or record more episodes")
+
+    def fold_error(alpha: float) -> float:
+        errors = []
+        for f in range(folds):
+            fit = [i for i in range(len(xs)) if i % folds != f]
+            check = [i for i in range(len(xs)) if i % folds == f]
+            errors.append(ridge_error_cm(np.concatenate([xs[i] for i in fit]), np.concatenate([ys[i] for i in fit]),
+                                         np.concatenate([xs[i] for i in check]), np.concatenate([ys[i] for i in check]),
+                                         alpha))
+        return float(np.mean(errors))
+
+    return min(alphas, key=fold_error)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a policy run directory or checkpoint")
@@ -107,7 +136,8 @@ def main() -> None:
     p.add_argument("--noise-scale", type=float, default=1.0, help="the sampler's starting noise (0: the action rows "
                    "start from zeros, so what they read does not depend on a random draw)")
     p.add_argument("--targets", default=TARGETS, help="name=first:end columns of --positions' observation.state")
-    p.add_argument("--alphas", default="1,10,100,1000,10000,100000", help="ridge strengths tried; the best held-out one is reported")
+    p.add_argument("--alphas", default="1,10,100,1000,10000,100000", help="ridge strengths tried; the one with the lowest "
+                   "error over 4 episode folds of the fitting episodes is scored on the held-out ones")
     args = p.parse_args()
 
     frames, positions = LeRobotV3Dataset(args.frames), LeRobotV3Dataset(args.positions)
@@ -117,20 +147,27 @@ def main() -> None:
     split = len(episodes) - args.test_episodes
     policy = Policy.from_checkpoint(args.run)
     policy.noise_scale = args.noise_scale
-    feats, inputs, pixels, states = action_head_features(policy, frames, episodes, args.every, args.before)
+    feats, inputs, pixels, states, keypoints = action_head_features(policy, frames, episodes, args.every, args.before)
+    sources = [states, pixels, inputs, feats] + ([keypoints] if keypoints[0].shape[1] else [])
     alphas = [float(a) for a in args.alphas.split(",")]
     print(f"{args.run}: {sum(len(f) for f in feats)} frames, probe fitted on {split} episodes, scored on {args.test_episodes}")
-    print("| target | spread (predict the mean) | hand state | raw pixels | observed frame's tokens at the trunk's input | action head's input |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    extra = " action rows' keypoints |" if len(sources) == 5 else ""
+    print("| target | spread (predict the mean) | hand state | raw pixels | observed frame's tokens at the trunk's input | "
+          "action head's input |" + extra)
+    print("| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if extra else ""))
     recorded = recorded_states(positions, episodes, args.every, args.before)
     for name, (first, end) in parse_targets(args.targets).items():
         y = [state[:, first:end] for state in recorded]
         ty, vy = np.concatenate(y[:split]), np.concatenate(y[split:])
         spread = float(np.sqrt(((vy - ty.mean(0)) ** 2).sum(1).mean()) * 100)
         cells = [spread]
-        for source in (states, pixels, inputs, feats):
+        for source in sources:
             tx, vx = np.concatenate(source[:split]), np.concatenate(source[split:])
-            cells.append(min(ridge_error_cm(tx, ty, vx, vy, a) for a in alphas) if tx.shape[1] else float("nan"))
+            if not tx.shape[1]:
+                cells.append(float("nan"))
+                continue
+            alpha = chosen_alpha(source[:split], y[:split], alphas)
+            cells.append(ridge_error_cm(tx, ty, vx, vy, alpha))
         print(f"| {name} | " + " | ".join(f"{c:.2f} cm" for c in cells) + " |")
 
 

@@ -76,16 +76,39 @@ def test_camera_pixels_per_cm_prints_a_row_per_camera_and_the_corner_sees_x():
     assert topview_z < corner_x  # looking down, height barely moves the image
 
 
-def test_position_probe_reads_a_position_the_state_holds_exactly(tmp_path):
+@pytest.mark.parametrize("extra", [[], ['model.vision_stem="action_keypoints"']], ids=["plain", "action_keypoints"])
+def test_position_probe_reads_a_position_the_state_holds_exactly(tmp_path, extra):
     """The demo's state is (x, y, vx, vy): probed for its own x, y, the hand-state column is exact (a linear map of
-    its input), the spread is not, and every source gets a finite error."""
+    its input), the spread is not, and every source gets a finite error; a run with action keypoints gets their
+    column too."""
     from tests.helpers import train_tiny_run
 
-    run = train_tiny_run(tmp_path, "probe")
+    run = train_tiny_run(tmp_path, "probe", extra=extra)
     data = str(tmp_path / "reach")
     out = _run("benchmarks/position_probe.py", str(run), "--frames", data, "--positions", data, "--targets", "xy=0:2",
                "--test-episodes", "2", "--every", "8", "--alphas", "1e-6,1")
     row = next(l for l in out.splitlines() if l.startswith("| xy |"))
-    spread, hand, pixels, tokens, head = (float(c.strip().removesuffix(" cm")) for c in row.strip("|").split("|")[1:])
+    spread, hand, *others = (float(c.strip().removesuffix(" cm")) for c in row.strip("|").split("|")[1:])
     assert hand < 0.01 * spread and spread > 0
-    assert all(v == v and v >= 0 for v in (pixels, tokens, head))
+    assert len(others) == 3 + bool(extra) and all(v == v and v >= 0 for v in others)
+
+
+def test_position_probe_chooses_its_ridge_strength_without_the_held_out_episodes():
+    """A feature that is the target plus small noise wants almost no penalty; features that are pure noise want
+    the largest (predict the mean). The choice comes from folds of the fitting episodes alone."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("position_probe", REPO / "benchmarks" / "position_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rng = np.random.default_rng(0)
+    ys = [rng.normal(size=(20, 2)) for _ in range(8)]
+    exact = [np.concatenate([y + 0.01 * rng.normal(size=y.shape), rng.normal(size=(20, 30))], 1) for y in ys]
+    noise = [rng.normal(size=(20, 32)) for _ in ys]
+    alphas = [1e-3, 1e5]
+    assert probe.chosen_alpha(exact, ys, alphas) == 1e-3
+    assert probe.chosen_alpha(noise, ys, alphas) == 1e5
+    with pytest.raises(SystemExit, match="at least 2 fitting episodes"):
+        probe.chosen_alpha(exact[:1], ys[:1], alphas)
