@@ -148,13 +148,13 @@ def main() -> None:
     policy = Policy.from_checkpoint(args.run)
     policy.noise_scale = args.noise_scale
     feats, inputs, pixels, states, keypoints = action_head_features(policy, frames, episodes, args.every, args.before)
-    sources = [states, pixels, inputs, feats] + ([keypoints] if keypoints[0].shape[1] else [])
+    has_keypoints = keypoints[0].shape[1] > 0
+    sources = [states, pixels, inputs, feats] + ([keypoints] if has_keypoints else [])
     alphas = [float(a) for a in args.alphas.split(",")]
     print(f"{args.run}: {sum(len(f) for f in feats)} frames, probe fitted on {split} episodes, scored on {args.test_episodes}")
-    extra = " action rows' keypoints |" if len(sources) == 5 else ""
     print("| target | spread (predict the mean) | hand state | raw pixels | observed frame's tokens at the trunk's input | "
-          "action head's input |" + extra)
-    print("| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if extra else ""))
+          "action head's input |" + (" action rows' keypoints |" if has_keypoints else ""))
+    print("| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if has_keypoints else ""))
     recorded = recorded_states(positions, episodes, args.every, args.before)
     for name, (first, end) in parse_targets(args.targets).items():
         y = [state[:, first:end] for state in recorded]

@@ -1,5 +1,6 @@
-"""Shared test helpers: the demo recipe, overrides for short CPU runs, and a CLI runner."""
+"""Shared test helpers: the demo recipe, overrides for short CPU runs, a CLI runner, and benchmark scripts as modules."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -7,6 +8,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = REPO / "recipes" / "demo_tiny.toml"
+
+
+def load_benchmark_script(monkeypatch, name: str):
+    """benchmarks/<name>.py imported as the module `name`, registered in sys.modules for the test's length (its
+    dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def quick_overrides(demo_root: Path, output_root: Path, name: str, max_iter: int, save_iter: int) -> list[str]:

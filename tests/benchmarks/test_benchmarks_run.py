@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, load_benchmark_script
 
 
 def _run(*args):
@@ -93,16 +93,12 @@ def test_position_probe_reads_a_position_the_state_holds_exactly(tmp_path, extra
     assert len(others) == 3 + bool(extra) and all(v == v and v >= 0 for v in others)
 
 
-def test_position_probe_chooses_its_ridge_strength_without_the_held_out_episodes():
+def test_position_probe_chooses_its_ridge_strength_without_the_held_out_episodes(monkeypatch):
     """A feature that is the target plus small noise wants almost no penalty; features that are pure noise want
     the largest (predict the mean). The choice comes from folds of the fitting episodes alone."""
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("position_probe", REPO / "benchmarks" / "position_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_benchmark_script(monkeypatch, "position_probe")
     rng = np.random.default_rng(0)
     ys = [rng.normal(size=(20, 2)) for _ in range(8)]
     exact = [np.concatenate([y + 0.01 * rng.normal(size=y.shape), rng.normal(size=(20, 30))], 1) for y in ys]

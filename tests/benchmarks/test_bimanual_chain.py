@@ -1,23 +1,14 @@
 """benchmarks/bimanual_chain.py's own logic, cheaply: the handoff table it binds and the stage-3 schedule
 check it asserts. The whole chain runs on the CPU with `--phase smoke` (minutes; benchmarks/RESULTS.md)."""
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.helpers import REPO
-
-SCRIPT = REPO / "benchmarks" / "bimanual_chain.py"
+from tests.helpers import load_benchmark_script
 
 
 @pytest.fixture
 def chain_module(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bimanual_chain", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bimanual_chain", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script(monkeypatch, "bimanual_chain")
 
 
 def _records(n: int, flip: int | None = None) -> list[dict]:

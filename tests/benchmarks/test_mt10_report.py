@@ -1,23 +1,13 @@
 """benchmarks/mt10_report.py on hand-made phase results: per-task and pooled intervals, the RESULTS lines read
 from the files, Spearman's rho with its exact p-value; and the LeRobot time box's step count."""
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import load_benchmark_script
 
 ENVS = ["metaworld/reach-v3", "metaworld/push-v3"]
-
-
-def _load(monkeypatch, name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _suite(counts, step=None, rewards=(None, None)):
@@ -31,7 +21,7 @@ def _write(path, data):
 
 
 def test_report_pools_intervals_and_prints_measured_lines(tmp_path, monkeypatch, capsys):
-    report = _load(monkeypatch, "mt10_report")
+    report = load_benchmark_script(monkeypatch, "mt10_report")
     one, two = tmp_path / "one", tmp_path / "two"
     _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)], rewards=(9.0, 5.0)))
     for step, counts in ((100, [(1, 4), (0, 4)]), (200, [(3, 4), (1, 4)])):
@@ -63,7 +53,7 @@ def test_report_pools_intervals_and_prints_measured_lines(tmp_path, monkeypatch,
 
 def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatch, capsys):
     """PHASE=2's merge (checkpoints, ACT, DP: 9 policies) heads the line, drawn p-value named; PHASE=1's own after it."""
-    report = _load(monkeypatch, "mt10_report")
+    report = load_benchmark_script(monkeypatch, "mt10_report")
     one, two = tmp_path / "one", tmp_path / "two"
     _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
     rows = [{"label": f"p{i}", "score": float(i), "success_rate": 0.1 * i} for i in range(9)]
@@ -90,7 +80,7 @@ def test_the_merged_ranking_with_act_and_dp_is_the_headline(tmp_path, monkeypatc
 
 
 def test_the_judges_episode_rank_heads_the_line_and_the_mean_score_follows(tmp_path, monkeypatch, capsys):
-    report = _load(monkeypatch, "mt10_report")
+    report = load_benchmark_script(monkeypatch, "mt10_report")
     one, two = tmp_path / "one", tmp_path / "two"
     _write(one / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
     success = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
@@ -115,7 +105,7 @@ def test_the_judges_episode_rank_heads_the_line_and_the_mean_score_follows(tmp_p
 def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monkeypatch, capsys):
     """Phase 1 cut before its final evaluation and phase 2 without DP (the first H200 run): the curve's
     last checkpoint stands in for wamkit with a note, DP reads unmeasured, nothing is invented."""
-    report = _load(monkeypatch, "mt10_report")
+    report = load_benchmark_script(monkeypatch, "mt10_report")
     one, two = tmp_path / "one", tmp_path / "two"
     for step, counts in ((100, [(1, 4), (0, 4)]), (218, [(2, 4), (1, 4)])):
         _write(one / f"eval/curve/step_{step:09d}/results.json", _suite(counts, step))
@@ -128,7 +118,7 @@ def test_a_cut_call_reports_what_came_back_and_names_what_did_not(tmp_path, monk
 
 
 def test_time_box_fixes_steps_from_the_measured_rate(monkeypatch):
-    pq = _load(monkeypatch, "policy_quality")
+    pq = load_benchmark_script(monkeypatch, "policy_quality")
     assert pq.steps_in_budget(0.5, 100.0, 20) == 220
     assert pq.steps_in_budget(0.5, -3.0, 20) == 20  # already over: stop after the probe
 
@@ -136,7 +126,7 @@ def test_time_box_fixes_steps_from_the_measured_rate(monkeypatch):
 def test_time_box_times_the_rate_after_the_warm_up(monkeypatch):
     """Slow first steps (autotuning) must not shrink the run: 20 steps of 0.133 s, then 0.047 s a step, in a
     240 s box, as ACT ran on the H200 (issue 26), fix ~5000 steps, not the 1801 that took 86 s."""
-    pq = _load(monkeypatch, "policy_quality")
+    pq = load_benchmark_script(monkeypatch, "policy_quality")
     t_warm = pq.WARMUP_STEPS * 0.133
     t_probe = t_warm + (pq.PROBE_STEPS - pq.WARMUP_STEPS) * 0.047
     steps = pq.time_box_steps(t_warm, t_probe, pq.PROBE_STEPS, 240.0)

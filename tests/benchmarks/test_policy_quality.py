@@ -2,7 +2,6 @@
 "not run" rows when lerobot cannot be imported, and the LeRobot adapter inside wamkit's closed loop
 (with a stand-in policy, so no lerobot is needed). The real numbers come from device runs."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,19 +11,11 @@ import pytest
 import torch
 
 import wamkit.sim  # noqa: F401 - picks the headless GL backend before metaworld imports mujoco
-from tests.helpers import REPO
+from tests.helpers import REPO, load_benchmark_script
 from wamkit.eval import evaluate
 from wamkit.eval.lerobot_adapter import LeRobotPolicy
 
 SCRIPT = REPO / "benchmarks" / "policy_quality.py"
-
-
-def _load_script(monkeypatch):
-    spec = importlib.util.spec_from_file_location("policy_quality", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "policy_quality", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_wamkit_only_run_records_data_trains_evaluates_and_writes_table(tmp_path):
@@ -57,7 +48,7 @@ def test_wamkit_only_run_records_data_trains_evaluates_and_writes_table(tmp_path
 
 
 def test_lerobot_rows_say_why_they_did_not_run(monkeypatch):
-    pq = _load_script(monkeypatch)
+    pq = load_benchmark_script(monkeypatch, "policy_quality")
     for name in [m for m in sys.modules if m == "lerobot" or m.startswith("lerobot.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lerobot", None)  # import lerobot -> ImportError

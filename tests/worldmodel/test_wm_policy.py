@@ -450,17 +450,12 @@ def test_policy_quality_judges_its_lerobot_rows_as_the_cli_would(runs, tmp_path,
     """benchmarks/policy_quality.py --judge-world-model: a trained LeRobot policy's row gets its world-model
     score under <out>/judge/<method>, with settings that merge with the CLI's; a judge that fails leaves
     the row's closed-loop result standing and says why."""
-    import importlib.util
-    import sys
     from types import SimpleNamespace
 
-    from tests.helpers import REPO
+    from tests.helpers import load_benchmark_script
     from wamkit.eval.lerobot_adapter import LeRobotPolicy
 
-    spec = importlib.util.spec_from_file_location("policy_quality", REPO / "benchmarks" / "policy_quality.py")
-    pq = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "policy_quality", pq)
-    spec.loader.exec_module(pq)
+    pq = load_benchmark_script(monkeypatch, "policy_quality")
     run, _, data, _ = runs
     wm = _wm(run)
     policy = LeRobotPolicy(_ConstantLeRobotPolicy(wm.action_dim, 8), lambda x: x, lambda a: a, camera_keys=wm.camera_keys[:1],
