@@ -38,6 +38,15 @@ def test_sample_normalized_padded_masked(window, norms):
     assert sample.task == window.task and sample.domain_id == 3
 
 
+def test_goal_state_is_the_episodes_last_state(demo_ds, window, norms):
+    """diffusion.goal_state_loss_weight's target: every window of an episode carries the state of its last frame."""
+    last = torch.from_numpy(demo_ds.episode_columns(4, ["observation.state"])["observation.state"][-1]).float()
+    assert window.start == 10 and torch.equal(window.final_state, last)
+    sample = SampleTransform(*norms, max_action_dim=8, use_state=True, domain_id=0)(window)
+    torch.testing.assert_close(sample.goal_state[:4], norms[1].normalize(last))
+    assert torch.all(sample.goal_state[4:] == 0) and sample.state_mask.tolist() == [True] * 4 + [False] * 4
+
+
 def test_without_state(window, norms):
     sample = SampleTransform(norms[0], None, max_action_dim=3, use_state=False, domain_id=0)(window)
     assert sample.state is None and sample.action_mask.all()

@@ -13,6 +13,7 @@ from wamkit.diffusion.flow import sample_sigmas
 from wamkit.diffusion.objective import ModeObjective, PolicyObjective
 from wamkit.errors import ConfigError
 from wamkit.model.cosmos3 import build_transformer
+from wamkit.model.goal_head import attach_goal_head
 from wamkit.model.tokenizer import build_text_tokenizer, build_video_tokenizer
 
 T, A, USED = 8, 8, 5  # chunk, max_action_dim, real action channels
@@ -28,7 +29,9 @@ def _samples(n: int, seed: int = 0, with_state: bool = True) -> list[TrainingSam
         actions[:, USED:] = 0
         state = (torch.rand(A, generator=g) * 2 - 1) * mask if with_state else None
         video = torch.randint(0, 256, (T + 1, 32, 32, 3), generator=g, dtype=torch.uint8)
-        out.append(TrainingSample(video=video, actions=actions, state=state, action_mask=mask, task=f"reach {i}", domain_id=i % 2))
+        goal = (torch.rand(A, generator=g) * 2 - 1) * mask if with_state else None  # the episode's last state
+        out.append(TrainingSample(video=video, actions=actions, state=state, action_mask=mask, task=f"reach {i}", domain_id=i % 2,
+                                  goal_state=goal, state_mask=mask if with_state else None))
     return out
 
 
@@ -38,6 +41,8 @@ def _objective(mode: str, weights=None, **diffusion) -> ModeObjective:
     model = build_transformer("tiny", video_tok.latent_channels, A, 4)
     with torch.no_grad():
         model.action_modality_embed.normal_()
+    if diffusion.get("goal_state_loss_weight", 0) > 0:
+        attach_goal_head(model)
     return ModeObjective(model, video_tok, build_text_tokenizer("", 32), DiffusionConfig(**diffusion), "{task}", 10.0, "sdpa", mode=mode, mode_weights=weights)
 
 
@@ -319,6 +324,7 @@ def test_teacher_forcing_keeps_every_frame_clean_but_the_target_chunks():
     ("forward_dynamics", True, {"video_prediction": "x0"}), ("inverse_dynamics", True, {}),
     ("policy", True, {"action_sigma": "independent", "action_shift": 3.0, "action_prediction": "x0", "x0_loss_weighting": "velocity"}),
     ("policy", True, {"action_prediction": "x0", "x0_loss_weighting": "uniform", "action_loss": "l1"}),
+    ("policy", True, {"action_loss": "l1", "goal_state_loss_weight": 3.0}),
 ])
 @pytest.mark.parametrize("keyed", [False, True], ids=["generator_noise", "keyed_noise"])
 def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion, keyed, monkeypatch):
@@ -341,7 +347,7 @@ def test_stacked_step_equals_the_per_sample_step(mode, with_state, diffusion, ke
         results.append((losses, grads, len(seen["vision_tokens"])))
     (plain, plain_grads, plain_items), (fast, fast_grads, fast_items) = results
     assert (plain_items, fast_items) == (4, 1)
-    for name in ("total", "video", "action"):
+    for name in ("total", "video", "action") + (("goal_state",) if plain.goal_state is not None else ()):
         torch.testing.assert_close(getattr(fast, name), getattr(plain, name), atol=1e-6, rtol=1e-5)
     assert len(fast_grads) == len(plain_grads) > 0
     for g_fast, g_plain in zip(fast_grads, plain_grads):

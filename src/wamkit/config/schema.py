@@ -231,6 +231,11 @@ class DiffusionConfig:
     # 12, 16: 191 tokens, the chunk's end still shown). With future_video_latents = 0: T / (4 S) of them. Policy mode,
     # models trained from scratch (a pretrained Cosmos3 reads frame times from fps, which a stride would mislabel).
     future_video_stride: int = 1
+    # Weight of an auxiliary loss that makes the action rows say where the episode ends: a training-only head
+    # (wamkit.model.goal_head) maps each sample's noisy action rows to the robot state at its episode's last frame, a
+    # goal the recording itself gives (hindsight), with the action loss's error. 0: off. For goals that only the camera
+    # shows (a marker on the table): the state a demonstration ends in is where that marker was.
+    goal_state_loss_weight: float = 0.0
 
 
 @dataclass
@@ -459,6 +464,13 @@ class ExperimentConfig:
         if self.diffusion.action_shift < 0:
             raise ConfigError("diffusion.action_shift", f"{self.diffusion.action_shift} is negative",
                               "use 0 (the video's shift) or a positive shift (1.0 = none; larger = noisier)")
+        if self.diffusion.goal_state_loss_weight < 0:
+            raise ConfigError("diffusion.goal_state_loss_weight", f"{self.diffusion.goal_state_loss_weight} is negative",
+                              "use 0 (off) or a positive weight")
+        if self.diffusion.goal_state_loss_weight > 0 and not self.data.use_state:
+            raise ConfigError("diffusion.goal_state_loss_weight", f"is {self.diffusion.goal_state_loss_weight} but "
+                              "data.use_state is false: its target is the episode's last state",
+                              "--set data.use_state=true (with data.state_key) or --set diffusion.goal_state_loss_weight=0")
         if self.diffusion.causal_chunk_frames < 0:
             raise ConfigError("diffusion.causal_chunk_frames", f"{self.diffusion.causal_chunk_frames} is negative", "use 0 (bidirectional) or K >= 1 latent frames per chunk")
         if self.parallel.context_parallel_degree < 1:

@@ -22,7 +22,8 @@ from wamkit.errors import DataError
 @dataclass
 class TrainingSample:
     """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool;
-    `latents` [C, t, h, w] when the video was tokenized ahead of time (then `video` is None)."""
+    `latents` [C, t, h, w] when the video was tokenized ahead of time (then `video` is None); with a state,
+    goal_state [A] f32 (the episode's last state, normalized and padded as `state`) and state_mask [A] bool."""
 
     video: torch.Tensor | None
     actions: torch.Tensor
@@ -31,6 +32,8 @@ class TrainingSample:
     task: str
     domain_id: int
     latents: torch.Tensor | None = None
+    goal_state: torch.Tensor | None = None
+    state_mask: torch.Tensor | None = None
 
 
 class SampleTransform:
@@ -75,14 +78,19 @@ class SampleTransform:
         actions = self._pad(self.action_normalizer.normalize(action), self.action_normalizer.key)
         mask = torch.zeros(self.max_action_dim, dtype=torch.bool)
         mask[: action.shape[-1]] = True
-        state = None
+        state = goal_state = state_mask = None
         if self.use_state:
             if window.state is None:
                 raise DataError("data.use_state", f"is true but window of episode {window.episode_index} has no "
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
-            first = window.state[0].float()
-            state = self._pad(self.state_normalizer.normalize(first), self.state_normalizer.key)
+            state = self._normalized_state(window.state[0])
+            if window.final_state is not None:
+                goal_state = self._normalized_state(window.final_state)
+                state_mask = torch.arange(self.max_action_dim) < window.final_state.shape[-1]
         # [V,T+1,H,W,3] -> [T+1,H',W',3]; in a loader worker over a slot of its frame pool (a new tensor is copied into one)
         video = pooled(self.canvas(self._kept(window.video)).contiguous()) if window.video is not None else None
-        return TrainingSample(video=video, actions=actions.float(), state=state if state is None
-                              else state.float(), action_mask=mask, task=window.task, domain_id=self.domain_id)
+        return TrainingSample(video=video, actions=actions.float(), state=state, action_mask=mask, task=window.task,
+                              domain_id=self.domain_id, goal_state=goal_state, state_mask=state_mask)
+
+    def _normalized_state(self, state: torch.Tensor) -> torch.Tensor:
+        return self._pad(self.state_normalizer.normalize(state.float()), self.state_normalizer.key).float()

@@ -23,7 +23,8 @@ from wamkit.errors import DataError
 @dataclass
 class Window:
     """One clip: video [V, T+1, H, W, 3] uint8 -- a list of V [T+1, H_v, W_v, 3] when the cameras differ in
-    size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]."""
+    size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]; final_state [Ds] | None:
+    the state at the episode's last frame (the hindsight goal of `diffusion.goal_state_loss_weight`)."""
 
     video: torch.Tensor | list[torch.Tensor] | None
     state: torch.Tensor | None
@@ -31,6 +32,7 @@ class Window:
     task: str
     episode_index: int
     start: int
+    final_state: torch.Tensor | None = None
 
 
 class WindowDataset(Dataset):
@@ -104,15 +106,18 @@ class WindowDataset(Dataset):
         keys = [self.action_key] + ([self.state_key] if self.state_key else [])
         cols = self.dataset.episode_columns(ep, keys)
         video = self._decode(ep, np.arange(start, start + T + 1)) if self.decode_video else None
-        state = None
+        state = final_state = None
         if self.state_key:
-            state = torch.from_numpy(_as_2d(cols[self.state_key][start:start + T + 1]).astype(np.float32))
+            episode_state = _as_2d(cols[self.state_key])
+            state = torch.from_numpy(episode_state[start:start + T + 1].astype(np.float32))
+            final_state = torch.from_numpy(episode_state[-1].astype(np.float32))
         action = torch.from_numpy(_as_2d(cols[self.action_key][start:start + T]).astype(np.float32))
         self._check_finite(ep, start, self.action_key, action)
         if state is not None:
             self._check_finite(ep, start, self.state_key, state)
+            self._check_finite(ep, len(episode_state) - 1, self.state_key, final_state[None])
         return Window(video=video, state=state, action=action, task=self.dataset.frame_task(ep, start), episode_index=ep,
-                      start=start)
+                      start=start, final_state=final_state)
 
     def _decode(self, ep: int, frames: np.ndarray) -> torch.Tensor | list[torch.Tensor]:
         """[V, T+1, H, W, 3] uint8, each camera decoded straight into its columns of one side-by-side buffer

@@ -23,6 +23,7 @@ from wamkit.diffusion.keyed_noise import ACTION_STREAM, VIDEO_STREAM, sample_nor
 from wamkit.model.attention import hold_layout
 from wamkit.model.attention_backends import install_packed_attention
 from wamkit.model.flops import encode_flops, generation_weights_train, sequence_flops
+from wamkit.model.goal_head import GOAL_HEAD, goal_state_predictions
 from wamkit.model.packing import SequenceSample, pack_samples
 
 
@@ -33,6 +34,7 @@ class StepLosses:
     total: torch.Tensor
     video: torch.Tensor  # detached
     action: torch.Tensor  # detached
+    goal_state: torch.Tensor | None = None  # detached; None without diffusion.goal_state_loss_weight
 
 
 SAMPLE_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
@@ -65,6 +67,7 @@ class ModeObjective:
         self.prompt_template = prompt_template
         self.fps = fps
         self.processor = install_packed_attention(model, attention)
+        self.goal_state_loss_weight = float(getattr(diffusion_cfg, "goal_state_loss_weight", 0.0))
         self._record_head_outputs(model)
         self.text_multiple = int(text_multiple)  # pack_samples' filler: a few pack lengths for compiled code
         self.causal_chunk_frames = int(getattr(diffusion_cfg, "causal_chunk_frames", 0) or 0)
@@ -203,7 +206,14 @@ class ModeObjective:
             "video": self._batched_target(self.video_prediction, x0, video_velocity, sigmas, device),
             "action": self._batched_target(self.action_prediction, rows, action_velocity, action_sigmas, device),
         }
-        return self._batched_losses(out, batch, targets, masks)
+        losses = self._batched_losses(out, batch, targets, masks)
+        if not self.goal_state_loss_weight:
+            return losses
+        noisy = bool(batch.action_noisy_rows[0])
+        goal = self._goal_state_loss(batch, [s.goal_state for s in samples] if noisy else [],
+                                     [s.state_mask for s in samples] if noisy else [])
+        return StepLosses(total=losses.total + self.goal_state_loss_weight * goal, video=losses.video, action=losses.action,
+                          goal_state=goal.detach())
 
     def _batched_target(self, prediction: str, clean: torch.Tensor, velocity: torch.Tensor, sigmas: list[float], device):
         """(target, per-sample loss weights [B]) of one output for stacked samples (see _target)."""
@@ -291,7 +301,8 @@ class ModeObjective:
             clean_action_rows=clean_rows, sigma=sigma, domain_id=sample.domain_id, fps=self.fps,
             action_start_frame=0 if has_state else 1, causal_chunk_frames=self.causal_chunk_frames, action_sigma=action_sigma,
         )
-        return seq, {"video": video_target, "action": action_target, "video_weight": video_weight, "action_weight": action_weight}
+        return seq, {"video": video_target, "action": action_target, "video_weight": video_weight, "action_weight": action_weight,
+                     "goal_state": sample.goal_state, "state_mask": sample.state_mask}
 
     def _target(self, prediction: str, clean: torch.Tensor, velocity: torch.Tensor, sigma: float):
         """(target, loss weight) of one output: the velocity with weight 1, or for an x0 prediction
@@ -320,7 +331,32 @@ class ModeObjective:
         video = self._mean(video_terms, counts, 1) if video_terms else self._head_anchor("proj_out")
         action = self._mean(action_terms, counts, 2) if action_terms else self._head_anchor("action_proj_out")
         total = self.cfg.video_loss_weight * video + self.cfg.action_loss_weight * action
-        return StepLosses(total=total, video=video.detach(), action=action.detach())
+        if not self.goal_state_loss_weight:
+            return StepLosses(total=total, video=video.detach(), action=action.detach())
+        with_rows = [i for i, rows in enumerate(batch.action_noisy_rows) if rows]
+        goal = self._goal_state_loss(batch, [targets[i]["goal_state"] for i in with_rows],
+                                     [targets[i]["state_mask"] for i in with_rows], counts)
+        return StepLosses(total=total + self.goal_state_loss_weight * goal, video=video.detach(), action=action.detach(),
+                          goal_state=goal.detach())
+
+    def _goal_state_loss(self, batch, goals: list, masks: list, counts: tuple[int, int, int] | None = None) -> torch.Tensor:
+        """The goal head's error (`diffusion.goal_state_loss_weight`, wamkit.model.goal_head): each sample with noisy
+        action rows predicts its episode's last state from those rows, scored with the action loss's error over the
+        state's channels; `goals` / `masks` are those samples' targets, in order. 0 with a zero gradient for the
+        head when no sample has noisy rows (forward dynamics), as _head_anchor."""
+        if not goals:
+            return self._head_anchor(GOAL_HEAD)
+        if any(g is None for g in goals):
+            raise ValueError("diffusion.goal_state_loss_weight needs every sample's goal_state: train with data.use_state "
+                             "on a dataset whose windows carry their episode's last state")
+        rows = self._head_outputs[GOAL_HEAD]
+        noisy = [len(r) for r in batch.action_noisy_rows]
+        predicted = goal_state_predictions(rows, noisy, batch.num_samples if batch.merged else 0).float()
+        device = predicted.device
+        target = torch.stack(goals).to(device, non_blocking=True)
+        mask = torch.stack(masks).to(device=device, dtype=target.dtype, non_blocking=True)
+        per_sample = (self._action_error(predicted - target) * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+        return self._mean(list(per_sample), counts, 2)
 
     def _action_error(self, diff: torch.Tensor) -> torch.Tensor:
         """Each action value's error (`diffusion.action_loss`): squared, or absolute as ACT trains."""
@@ -347,6 +383,13 @@ class ModeObjective:
             head = getattr(model, name, None)
             if head is not None:
                 head.register_forward_hook(lambda module, args, out, name=name: self._head_outputs.__setitem__(name, out))
+        if self.goal_state_loss_weight:  # the goal head reads what action_proj_out reads: the noisy rows' hidden states
+            goal_head = getattr(model, GOAL_HEAD, None)
+            if goal_head is None:
+                raise ValueError(f"diffusion.goal_state_loss_weight is {self.goal_state_loss_weight} but the model has no "
+                                 f"{GOAL_HEAD}: build it with wamkit.train.setup.build_model from the same config")
+            model.action_proj_out.register_forward_hook(
+                lambda module, args, out: self._head_outputs.__setitem__(GOAL_HEAD, goal_head(args[0])))
 
     def _world_counts(self, n_video: int, n_action: int, device) -> tuple[int, int, int] | None:
         """In mixed mode ranks hold different mixes (one rank's samples may all be inverse dynamics), and

@@ -16,7 +16,7 @@ GENERATION_MARKERS = (
     "proj_in", "proj_out", "time_embedder", "action_", "k_norm_und_for_gen", "frame_position",
     "vision_stem",
 )
-ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed")
+ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed", "action_goal_head")
 ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break
 
 
@@ -77,9 +77,13 @@ class BaseWeights:
         return handle.get_slice(key)[rows]
 
     def check_matches(self, expected_shapes: dict[str, tuple[int, ...]], skip_action_heads: bool) -> None:
-        """Same keys and shapes as the model (action heads left out when skipped), or a named error."""
+        """Same keys and shapes as the model (action heads left out when skipped; the training-only goal head,
+        which no base holds, always), or a named error."""
+        from wamkit.model.goal_head import is_goal_head_param
+
         base = {k for k in self._index if not (skip_action_heads and is_action_head_param(k))}
-        expected = {k for k in expected_shapes if not (skip_action_heads and is_action_head_param(k))}
+        expected = {k for k in expected_shapes
+                    if not (skip_action_heads and is_action_head_param(k)) and not is_goal_head_param(k)}
         missing, unexpected = sorted(expected - base), sorted(base - expected)
         if missing or unexpected:
             raise CheckpointError(

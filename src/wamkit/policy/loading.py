@@ -14,6 +14,7 @@ from wamkit.config import ExperimentConfig, config_from_dict
 from wamkit.device import resolve_inference_dtype
 from wamkit.errors import CheckpointError, ConfigError
 from wamkit.model.cosmos3 import host_checked_domain_heads
+from wamkit.model.goal_head import drop_goal_head
 from wamkit.model.lora import apply_lora, merge_lora
 from wamkit.model.text_tokenizer import text_tokenizer_from_export, text_tokenizer_info
 from wamkit.model.tokenizer import build_video_tokenizer
@@ -158,8 +159,8 @@ def place_for_inference(model: torch.nn.Module, device: str | torch.device, dtyp
     """The whole model on `device` in `dtype`, frozen, in eval mode. diffusers asks for the timestep
     embedder in fp32 and warns at every `.to(dtype)`; training's FSDP2 mixed precision computes every
     module in the compute dtype, that one included, and inference follows training (nn.Module.to
-    directly: the same cast without the warning)."""
-    return torch.nn.Module.to(model, device, dtype).eval().requires_grad_(False)
+    directly: the same cast without the warning). A training-only goal head is left behind."""
+    return torch.nn.Module.to(drop_goal_head(model), device, dtype).eval().requires_grad_(False)
 
 
 def vae_dtype(device: str | torch.device, dtype: torch.dtype) -> torch.dtype | None:

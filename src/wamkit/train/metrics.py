@@ -26,7 +26,8 @@ class MetricsLogger:
         if "val_loss" in record:  # rare and the number a user watches for overfitting: on the console too
             from tqdm import tqdm
 
-            parts = ", ".join(f"{name} {record[key]:.4f}" for name, key in (("action", "val_action_loss"), ("video", "val_video_loss"))
+            parts = ", ".join(f"{name} {record[key]:.4f}" for name, key in (("action", "val_action_loss"), ("video", "val_video_loss"),
+                                                                            ("goal state", "val_goal_state_loss"))
                               if key in record)
             tqdm.write(f"[wamkit] step {record['step']}: val_loss {record['val_loss']:.4f}" + (f" ({parts})" if parts else "")
                        + " (held-out episodes)")

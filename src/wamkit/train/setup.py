@@ -12,6 +12,7 @@ from wamkit.errors import ConfigError
 from wamkit.train import checkpoint as ckpt
 from wamkit.train.base_identity import require_full_weights, saves_trainable_only
 from wamkit.model.cosmos3 import build_transformer, load_pretrained_weights, set_trainable
+from wamkit.model.goal_head import attach_goal_head
 from wamkit.model.text_tokenizer import resolve_text_tokenizer
 from wamkit.model.tokenizer import build_video_tokenizer
 
@@ -22,6 +23,8 @@ def build_model(cfg, tokenizer_channels: int, device: torch.device | str = "cpu"
                                   cfg.model.fps_modulation, cfg.model.frame_positions, cfg.model.vision_stem)
         if cfg.model.zero_init_video_output:
             zero_video_output(model)
+        if cfg.diffusion.goal_state_loss_weight > 0:
+            attach_goal_head(model)
     set_trainable(model, cfg.model.train_text_pathway)
     return model
 

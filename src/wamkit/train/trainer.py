@@ -503,7 +503,7 @@ class Trainer:
         timer = self.objective.timer = self.timer
         timer.start()
         self.optimizer.zero_grad(set_to_none=True)
-        losses = torch.zeros(3, device=self.device)  # loss, video_loss, action_loss: on the device until a log step
+        losses = torch.zeros(4, device=self.device)  # loss, video_loss, action_loss, goal_state_loss: on the device until a log step
         data_wait, flops, tokens, encode = 0.0, 0.0, 0, 0.0  # data_wait: seconds blocked on the loader, near 0 unless decoding limits the step
         for _ in range(cfg.grad_accum_iter):
             t0 = time.perf_counter()
@@ -519,7 +519,7 @@ class Trainer:
             flops, tokens = flops + self.objective.last_flops / self.dims.cp, tokens + self.objective.last_tokens // self.dims.cp
             encode += self.objective.last_encode_flops  # every rank of a cp group encodes its samples' clips whole
             self.consumed += self.global_micro_batch
-            losses += torch.stack([step_losses.total.detach(), step_losses.video, step_losses.action]).float() / cfg.grad_accum_iter
+            losses += loss_parts(step_losses).float() / cfg.grad_accum_iter
         params = [p for p in self.model.parameters() if p.requires_grad]
         for p in params:  # a head unused this step (no noisy action rows / video frames: forward / inverse dynamics)
             if p.grad is None:  # gets a zero gradient, so every trainable parameter has optimizer state and resume stays exact
@@ -542,11 +542,12 @@ class Trainer:
         """A step's device values as numbers, read once (log and save steps): the losses averaged over
         the ranks, and refused when not finite, before anything is logged or saved."""
         losses = all_reduce_mean_tensor(record.pop("losses"), self.ctx)
-        loss, video, action, grad_norm = torch.cat([losses, record.pop("grad_norm").reshape(1).float()]).tolist()
+        loss, video, action, goal, grad_norm = torch.cat([losses, record.pop("grad_norm").reshape(1).float()]).tolist()
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {self.step} (checked every trainer.log_every steps and before each "
                                      "save); check the data stats and the learning rate")
-        return {"loss": loss, "video_loss": video, "action_loss": action, "grad_norm": grad_norm, **record}
+        goal_part = {"goal_state_loss": goal} if self.objective.goal_state_loss_weight else {}
+        return {"loss": loss, "video_loss": video, "action_loss": action, **goal_part, "grad_norm": grad_norm, **record}
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -564,7 +565,8 @@ class Trainer:
             batch = samples[start : start + chunk]
             generators = [sample_generator(self.cfg.job.seed, VALIDATION_OFFSET + start + j) for j in range(len(batch))]
             losses = self.objective(batch, generators)
-            rows.append({"val_loss": float(losses.total), "val_video_loss": float(losses.video), "val_action_loss": float(losses.action)})
+            row = {"val_loss": float(losses.total), "val_video_loss": float(losses.video), "val_action_loss": float(losses.action)}
+            rows.append(row if losses.goal_state is None else {**row, "val_goal_state_loss": float(losses.goal_state)})
         self.model.train()
         return {key: sum(row[key] for row in rows) / len(rows) for key in rows[0]}
 
@@ -614,3 +616,9 @@ def _progress(total: int, initial: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+
+
+def loss_parts(losses) -> torch.Tensor:
+    """[total, video, action, goal_state] of one micro-batch's StepLosses (goal_state 0 when the run has no goal head)."""
+    goal = losses.goal_state if losses.goal_state is not None else torch.zeros_like(losses.action)
+    return torch.stack([losses.total.detach(), losses.video, losses.action, goal])
