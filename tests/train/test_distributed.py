@@ -102,8 +102,11 @@ def test_meta_init_materialises_shards_like_one_process(demo_root, tmp_path):
 def test_mixed_modes_average_over_every_ranks_samples(demo_root, tmp_path):
     """model.mode = "mixed": a rank may draw only inverse-dynamics samples (no noisy video) while the
     other draws policy ones. The video loss is the mean over all ranks' samples with noisy video, as in
-    one process, not the mean of per-rank means (an all-reduce of the counts)."""
-    mixed = ["--set", 'model.mode="mixed"', "--set", "model.mode_weights.inverse_dynamics=1.0"]
+    one process, not the mean of per-rank means (an all-reduce of the counts). With the goal head
+    (diffusion.goal_state_loss_weight), whose loss counts the samples with noisy action rows the same way
+    and whose weights live in the root's FSDP2 group (computed by a hook inside the forward)."""
+    mixed = ["--set", 'model.mode="mixed"', "--set", "model.mode_weights.inverse_dynamics=1.0",
+             "--set", "diffusion.goal_state_loss_weight=2.0"]
     two = quick_overrides(demo_root, tmp_path, "two", 4, 4) + ["--set", "trainer.samples_per_step=2", *mixed]
     one = quick_overrides(demo_root, tmp_path, "one", 4, 4) + ["--set", "trainer.samples_per_step=4", *mixed]
     run_torchrun(["train", str(DEMO_RECIPE), *two])
