@@ -31,6 +31,8 @@
 #   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
 #                              TRAIN_S=260: 548 s (twentieth)                 TRAIN_S=260: 457 s (twentieth), before
 #                                                                             JUDGE_STATES' second mode (~110 s more)
+#                              TRAIN_S=310: 532 s (thirty-sixth, H100)         TRAIN_S=310 with both judge modes: past
+#                                                                             600 s (thirty-sixth): pass JUDGE_STATES=affine
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
@@ -324,6 +326,7 @@ phase2() {
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
   grep -h "success\|failed\|not run\|world-model score" "$LOG"/pq_*.log | tail -8
+  pack_phase2  # the table is safe even if the rankings below run past the call's limit (as the 36th session's did)
   # one ranking per state mode: PHASE=1's checkpoints (judged again here under the modes after the first), ACT and DP
   local i state sub ckpts
   for i in "${!JUDGE_STATE_LIST[@]}"; do
@@ -339,6 +342,10 @@ phase2() {
       grep -h "Spearman rho" "$LOG/${sub/judge/judge_all}.log"
     fi
   done
+  pack_phase2
+}
+
+pack_phase2() {  # ACT's and DP's results, tables and whatever judging is done so far, with the logs
   tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
     eval/diffusion/table.md $(cd "$WORK" && ls -d eval/*/judge* eval/judge_all* eval/judge_ckpts_* 2>/dev/null) 2>/dev/null
   pack_logs
