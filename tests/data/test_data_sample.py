@@ -41,10 +41,18 @@ def test_sample_normalized_padded_masked(window, norms):
 def test_goal_state_is_the_episodes_last_state(demo_ds, window, norms):
     """diffusion.goal_state_loss_weight's target: every window of an episode carries the state of its last frame."""
     last = torch.from_numpy(demo_ds.episode_columns(4, ["observation.state"])["observation.state"][-1]).float()
-    assert window.start == 10 and torch.equal(window.final_state, last)
+    assert window.start == 10 and torch.equal(window.goal_state, last)
     sample = SampleTransform(*norms, max_action_dim=8, use_state=True, domain_id=0)(window)
     torch.testing.assert_close(sample.goal_state[:4], norms[1].normalize(last))
     assert torch.all(sample.goal_state[4:] == 0) and sample.state_mask.tolist() == [True] * 4 + [False] * 4
+
+
+def test_goal_horizon_takes_the_state_that_many_frames_ahead_within_the_episode(demo_ds):
+    states = demo_ds.episode_columns(4, ["observation.state"])["observation.state"]
+    ahead = WindowDataset(demo_ds, [4], chunk_length=T, goal_horizon=10)
+    assert torch.equal(ahead[10].goal_state, torch.from_numpy(states[10 + 10]).float())
+    late = ahead[len(ahead) - 1]  # the last window's start + 10 lies past the episode: its last frame
+    assert late.start + 10 > len(states) - 1 and torch.equal(late.goal_state, torch.from_numpy(states[-1]).float())
 
 
 def test_without_state(window, norms):

@@ -108,5 +108,7 @@ def test_config_validation():
     assert load_experiment(None, base + ["diffusion.goal_state_loss_weight=1"]).diffusion.goal_state_loss_weight == 1.0
     with pytest.raises(ConfigError, match="goal_state_loss_weight.*negative"):
         load_experiment(None, base + ["diffusion.goal_state_loss_weight=-1"])
+    with pytest.raises(ConfigError, match="goal_state_horizon.*negative"):
+        load_experiment(None, base + ["diffusion.goal_state_horizon=-1"])
     with pytest.raises(ConfigError, match="goal_state_loss_weight.*use_state"):
         load_experiment(None, base + ["diffusion.goal_state_loss_weight=1", "data.use_state=false"])

@@ -236,6 +236,9 @@ class DiffusionConfig:
     # goal the recording itself gives (hindsight), with the action loss's error. 0: off. For goals that only the camera
     # shows (a marker on the table): the state a demonstration ends in is where that marker was.
     goal_state_loss_weight: float = 0.0
+    # The goal head's target: 0, the state at the episode's last frame; H > 0, the state H frames after the window's
+    # first (the episode's last when that lies beyond it): a nearer goal, which in a push's first phase lies at the puck.
+    goal_state_horizon: int = 0
 
 
 @dataclass
@@ -467,6 +470,9 @@ class ExperimentConfig:
         if self.diffusion.goal_state_loss_weight < 0:
             raise ConfigError("diffusion.goal_state_loss_weight", f"{self.diffusion.goal_state_loss_weight} is negative",
                               "use 0 (off) or a positive weight")
+        if self.diffusion.goal_state_horizon < 0:
+            raise ConfigError("diffusion.goal_state_horizon", f"{self.diffusion.goal_state_horizon} is negative",
+                              "use 0 (the episode's last frame) or H >= 1 frames ahead")
         if self.diffusion.goal_state_loss_weight > 0 and not self.data.use_state:
             raise ConfigError("diffusion.goal_state_loss_weight", f"is {self.diffusion.goal_state_loss_weight} but "
                               "data.use_state is false: its target is the episode's last state",

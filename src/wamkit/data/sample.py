@@ -23,7 +23,7 @@ from wamkit.errors import DataError
 class TrainingSample:
     """video [T+1, H, W, 3] uint8 (the camera canvas), actions [T, A] f32, state [A] f32 | None, action_mask [A] bool;
     `latents` [C, t, h, w] when the video was tokenized ahead of time (then `video` is None); with a state,
-    goal_state [A] f32 (the episode's last state, normalized and padded as `state`) and state_mask [A] bool."""
+    goal_state [A] f32 (Window.goal_state, normalized and padded as `state`) and state_mask [A] bool."""
 
     video: torch.Tensor | None
     actions: torch.Tensor
@@ -84,9 +84,9 @@ class SampleTransform:
                 raise DataError("data.use_state", f"is true but window of episode {window.episode_index} has no "
                                 "state", "set data.state_key to the dataset's state feature or use_state = false")
             state = self._normalized_state(window.state[0])
-            if window.final_state is not None:
-                goal_state = self._normalized_state(window.final_state)
-                state_mask = torch.arange(self.max_action_dim) < window.final_state.shape[-1]
+            if window.goal_state is not None:
+                goal_state = self._normalized_state(window.goal_state)
+                state_mask = torch.arange(self.max_action_dim) < window.goal_state.shape[-1]
         # [V,T+1,H,W,3] -> [T+1,H',W',3]; in a loader worker over a slot of its frame pool (a new tensor is copied into one)
         video = pooled(self.canvas(self._kept(window.video)).contiguous()) if window.video is not None else None
         return TrainingSample(video=video, actions=actions.float(), state=state, action_mask=mask, task=window.task,

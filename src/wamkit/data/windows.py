@@ -23,8 +23,9 @@ from wamkit.errors import DataError
 @dataclass
 class Window:
     """One clip: video [V, T+1, H, W, 3] uint8 -- a list of V [T+1, H_v, W_v, 3] when the cameras differ in
-    size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]; final_state [Ds] | None:
-    the state at the episode's last frame (the hindsight goal of `diffusion.goal_state_loss_weight`)."""
+    size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]; goal_state [Ds] | None:
+    the state at the episode's last frame, or `goal_horizon` frames ahead (the hindsight goal of
+    `diffusion.goal_state_loss_weight`)."""
 
     video: torch.Tensor | list[torch.Tensor] | None
     state: torch.Tensor | None
@@ -32,7 +33,7 @@ class Window:
     task: str
     episode_index: int
     start: int
-    final_state: torch.Tensor | None = None
+    goal_state: torch.Tensor | None = None
 
 
 class WindowDataset(Dataset):
@@ -45,7 +46,7 @@ class WindowDataset(Dataset):
     def __init__(self, dataset: LeRobotV3Dataset, episodes: Sequence[int], chunk_length: int,
                  camera_keys: Sequence[str] | None = None, state_key: str | None = "observation.state",
                  action_key: str = "action", stride: int = 1, keep_ranges: KeepRanges | None = None,
-                 trajectory_key_field: str = ""):
+                 trajectory_key_field: str = "", goal_horizon: int = 0):
         self.decode_video = True  # False when the video comes from a latent cache
         if chunk_length < 1 or stride < 1:
             raise DataError("WindowDataset", f"chunk_length={chunk_length}, stride={stride}: both must be >= 1",
@@ -54,6 +55,7 @@ class WindowDataset(Dataset):
         self.camera_keys = list(dataset.camera_keys if camera_keys is None else camera_keys)
         self.state_key, self.action_key = state_key, action_key
         self.keep_ranges, self.trajectory_key_field = keep_ranges, trajectory_key_field
+        self.goal_horizon = int(goal_horizon)  # 0: the episode's last frame (diffusion.goal_state_horizon)
         self._check_keys()
         self.index = self._build_index(list(episodes))
 
@@ -106,18 +108,20 @@ class WindowDataset(Dataset):
         keys = [self.action_key] + ([self.state_key] if self.state_key else [])
         cols = self.dataset.episode_columns(ep, keys)
         video = self._decode(ep, np.arange(start, start + T + 1)) if self.decode_video else None
-        state = final_state = None
+        state = goal_state = None
         if self.state_key:
             episode_state = _as_2d(cols[self.state_key])
             state = torch.from_numpy(episode_state[start:start + T + 1].astype(np.float32))
-            final_state = torch.from_numpy(episode_state[-1].astype(np.float32))
+            last = len(episode_state) - 1
+            goal_at = min(start + self.goal_horizon, last) if self.goal_horizon > 0 else last
+            goal_state = torch.from_numpy(episode_state[goal_at].astype(np.float32))
         action = torch.from_numpy(_as_2d(cols[self.action_key][start:start + T]).astype(np.float32))
         self._check_finite(ep, start, self.action_key, action)
         if state is not None:
             self._check_finite(ep, start, self.state_key, state)
-            self._check_finite(ep, len(episode_state) - 1, self.state_key, final_state[None])
+            self._check_finite(ep, goal_at, self.state_key, goal_state[None])
         return Window(video=video, state=state, action=action, task=self.dataset.frame_task(ep, start), episode_index=ep,
-                      start=start, final_state=final_state)
+                      start=start, goal_state=goal_state)
 
     def _decode(self, ep: int, frames: np.ndarray) -> torch.Tensor | list[torch.Tensor]:
         """[V, T+1, H, W, 3] uint8, each camera decoded straight into its columns of one side-by-side buffer

@@ -54,7 +54,8 @@ def build_run_data(cfg) -> RunData:
 
     def windows(episodes):
         return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key,
-                             keep_ranges=keep, trajectory_key_field=cfg.data.trajectory_key_field)
+                             keep_ranges=keep, trajectory_key_field=cfg.data.trajectory_key_field,
+                             goal_horizon=cfg.diffusion.goal_state_horizon)
 
     def val_windows(episodes):  # a keep-ranges filter may leave no validation window: then no validation
         try:
