@@ -39,7 +39,10 @@ def test_sample_normalized_padded_masked(window, norms):
 
 
 def test_goal_state_is_the_episodes_last_state(demo_ds, window, norms):
-    """diffusion.goal_state_loss_weight's target: every window of an episode carries the state of its last frame."""
+    """diffusion.goal_state_loss_weight's target: every window of an episode carries the state of its last frame
+    (asked for with a goal horizon; without one nothing past the window is read)."""
+    assert window.goal_state is None
+    window = WindowDataset(demo_ds, [4], chunk_length=T, goal_horizon=0)[10]
     last = torch.from_numpy(demo_ds.episode_columns(4, ["observation.state"])["observation.state"][-1]).float()
     assert window.start == 10 and torch.equal(window.goal_state, last)
     sample = SampleTransform(*norms, max_action_dim=8, use_state=True, domain_id=0)(window)

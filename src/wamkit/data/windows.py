@@ -24,8 +24,8 @@ from wamkit.errors import DataError
 class Window:
     """One clip: video [V, T+1, H, W, 3] uint8 -- a list of V [T+1, H_v, W_v, 3] when the cameras differ in
     size -- (None when read without video), state [T+1, Ds] | None, action [T, Da]; goal_state [Ds] | None:
-    the state at the episode's last frame, or `goal_horizon` frames ahead (the hindsight goal of
-    `diffusion.goal_state_loss_weight`)."""
+    with a `goal_horizon`, the state at the episode's last frame (0) or that many frames ahead (the hindsight goal
+    of `diffusion.goal_state_loss_weight`)."""
 
     video: torch.Tensor | list[torch.Tensor] | None
     state: torch.Tensor | None
@@ -46,7 +46,7 @@ class WindowDataset(Dataset):
     def __init__(self, dataset: LeRobotV3Dataset, episodes: Sequence[int], chunk_length: int,
                  camera_keys: Sequence[str] | None = None, state_key: str | None = "observation.state",
                  action_key: str = "action", stride: int = 1, keep_ranges: KeepRanges | None = None,
-                 trajectory_key_field: str = "", goal_horizon: int = 0):
+                 trajectory_key_field: str = "", goal_horizon: int | None = None):
         self.decode_video = True  # False when the video comes from a latent cache
         if chunk_length < 1 or stride < 1:
             raise DataError("WindowDataset", f"chunk_length={chunk_length}, stride={stride}: both must be >= 1",
@@ -55,7 +55,8 @@ class WindowDataset(Dataset):
         self.camera_keys = list(dataset.camera_keys if camera_keys is None else camera_keys)
         self.state_key, self.action_key = state_key, action_key
         self.keep_ranges, self.trajectory_key_field = keep_ranges, trajectory_key_field
-        self.goal_horizon = int(goal_horizon)  # 0: the episode's last frame (diffusion.goal_state_horizon)
+        # None: no goal state (nothing read or checked beyond the window); 0: the episode's last frame; H: H frames ahead
+        self.goal_horizon = goal_horizon
         self._check_keys()
         self.index = self._build_index(list(episodes))
 
@@ -112,14 +113,14 @@ class WindowDataset(Dataset):
         if self.state_key:
             episode_state = _as_2d(cols[self.state_key])
             state = torch.from_numpy(episode_state[start:start + T + 1].astype(np.float32))
-            last = len(episode_state) - 1
-            goal_at = min(start + self.goal_horizon, last) if self.goal_horizon > 0 else last
-            goal_state = torch.from_numpy(episode_state[goal_at].astype(np.float32))
+            self._check_finite(ep, start, self.state_key, state)
+            if self.goal_horizon is not None:
+                last = len(episode_state) - 1
+                goal_at = min(start + self.goal_horizon, last) if self.goal_horizon > 0 else last
+                goal_state = torch.from_numpy(episode_state[goal_at].astype(np.float32))
+                self._check_finite(ep, goal_at, self.state_key, goal_state[None])
         action = torch.from_numpy(_as_2d(cols[self.action_key][start:start + T]).astype(np.float32))
         self._check_finite(ep, start, self.action_key, action)
-        if state is not None:
-            self._check_finite(ep, start, self.state_key, state)
-            self._check_finite(ep, goal_at, self.state_key, goal_state[None])
         return Window(video=video, state=state, action=action, task=self.dataset.frame_task(ep, start), episode_index=ep,
                       start=start, goal_state=goal_state)
 

@@ -10,7 +10,7 @@ import torch
 from diffusers import Cosmos3OmniTransformer
 from diffusers.models.transformers.transformer_cosmos3 import DomainAwareLinear
 
-from wamkit.errors import CheckpointError, ConfigError
+from wamkit.errors import ConfigError
 from wamkit.model.goal_head import is_goal_head_param
 from wamkit.model.variants import transformer_class
 from wamkit.model.weights import ALWAYS_FROZEN, BaseWeights, is_action_head_param, is_generation_param
@@ -131,10 +131,8 @@ def load_pretrained_weights(model: torch.nn.Module, path: Path, fresh_action_dom
     base = BaseWeights(path)
     base.check_matches({k: tuple(v.shape) for k, v in model.state_dict().items()}, skip_action_heads)
     state = {k: base.read(k) for k in base.keys() if not (skip_action_heads and is_action_head_param(k))}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if not skip_action_heads and (unexpected or any(not is_goal_head_param(k) for k in missing)):  # check_matches names them first
-        raise CheckpointError(str(path), f"keys do not load: missing {missing[:20]}, unexpected {unexpected[:20]}",
-                              "check model.preset / model.max_action_dim against the checkpoint's config.json")
+    state.update({k: v for k, v in model.state_dict().items() if is_goal_head_param(k)})  # no base holds it: kept fresh
+    model.load_state_dict(state, strict=not skip_action_heads)
     if fresh_action_domain is not None and not skip_action_heads:
         init_action_domain(model, fresh_action_domain)
     return base.kind

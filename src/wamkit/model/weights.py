@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from wamkit.errors import CheckpointError
+from wamkit.model.goal_head import GOAL_HEAD, is_goal_head_param
 
 # Name fragments of the generation pathway in diffusers' port (everything else is the text pathway).
 GENERATION_MARKERS = (
@@ -16,7 +17,7 @@ GENERATION_MARKERS = (
     "proj_in", "proj_out", "time_embedder", "action_", "k_norm_und_for_gen", "frame_position",
     "vision_stem",
 )
-ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed", "action_goal_head")
+ACTION_HEAD_MARKERS = ("action_proj_in", "action_proj_out", "action_modality_embed", GOAL_HEAD)
 ALWAYS_FROZEN = ("lm_head",)  # unused by the diffusion forward; out of the optimizer or DCP loads break
 
 
@@ -79,8 +80,6 @@ class BaseWeights:
     def check_matches(self, expected_shapes: dict[str, tuple[int, ...]], skip_action_heads: bool) -> None:
         """Same keys and shapes as the model (action heads left out when skipped; the training-only goal head,
         which no base holds, always), or a named error."""
-        from wamkit.model.goal_head import is_goal_head_param
-
         base = {k for k in self._index if not (skip_action_heads and is_action_head_param(k))}
         expected = {k for k in expected_shapes
                     if not (skip_action_heads and is_action_head_param(k)) and not is_goal_head_param(k)}

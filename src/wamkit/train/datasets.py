@@ -55,7 +55,7 @@ def build_run_data(cfg) -> RunData:
     def windows(episodes):
         return WindowDataset(dataset, episodes, cfg.data.chunk_length, cameras, state_key, cfg.data.action_key,
                              keep_ranges=keep, trajectory_key_field=cfg.data.trajectory_key_field,
-                             goal_horizon=cfg.diffusion.goal_state_horizon)
+                             goal_horizon=cfg.diffusion.goal_state_horizon if cfg.diffusion.goal_state_loss_weight > 0 else None)
 
     def val_windows(episodes):  # a keep-ranges filter may leave no validation window: then no validation
         try:
