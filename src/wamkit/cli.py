@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     eval_sim.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     eval_sim.add_argument("--num-steps", type=int, default=10, help="denoising steps per chunk")
     eval_sim.add_argument("--noise-scale", type=float, default=1.0, help=NOISE_SCALE_HELP)
+    eval_sim.add_argument("--raw", action="store_true", help="evaluate a run's raw weights instead of its EMA "
+                          "(a checkpoint holds both; an export holds one set and refuses this)")
     eval_sim.add_argument("--all-checkpoints", action="store_true", help="evaluate every checkpoint of a run and plot success vs step (PNG)")
     eval_sim.add_argument("--expert-trace", action="store_true", help="also ask the simulator's scripted expert what it would do "
                           "in every state the policy acts in; the report says, per action dimension, how often the policy "

@@ -75,6 +75,16 @@ def test_ema_and_raw_weights_differ(run_dir, policy):
     assert not np.allclose(raw.predict([_obs(0)], seed=1)[0], policy.predict([_obs(0)], seed=1)[0])
 
 
+def test_raw_weights_are_refused_for_an_export_which_holds_one_set(run_dir, tmp_path):
+    from wamkit.export import export_run
+    from wamkit.policy.policy import load_policy
+
+    export = export_run(run_dir, tmp_path / "export")
+    assert load_policy(run_dir, use_ema=False, num_steps=2).loaded.source["weights"] == "raw"
+    with pytest.raises(CheckpointError, match="export --raw"):
+        load_policy(export, use_ema=False)
+
+
 def test_iteration_dir_loads_like_the_run_dir(run_dir, policy):
     same = Policy.from_checkpoint(run_dir / "checkpoints" / "iter_000000004", num_steps=4)
     np.testing.assert_array_equal(same.predict([_obs(2)], seed=5)[0], policy.predict([_obs(2)], seed=5)[0])

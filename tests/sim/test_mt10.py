@@ -128,14 +128,15 @@ def test_success_vs_step_over_a_suite_plots_the_average_and_each_task(run_dir, t
 
 def test_cli_eval_sim_on_a_suite_prints_each_task_the_average_and_a_video(run_dir, tmp_path):
     proc = run_cli(["eval", "sim", str(run_dir), TWO, "--episodes", "1", "--seed", "3", "--max-steps", "4",
-                    "--num-steps", "1", "--noise-scale", "0.5", "--out", str(tmp_path / "ev"), "--device", "cpu"])
+                    "--num-steps", "1", "--noise-scale", "0.5", "--raw", "--out", str(tmp_path / "ev"), "--device", "cpu"])
     lines = proc.stdout.splitlines()
     assert any(line.startswith("metaworld/reach-v3: success ") for line in lines)
     assert any(line.startswith("average of 2 tasks: success ") for line in lines)
     video = Path(next(line for line in lines if line.startswith("rollout video: ")).split(": ", 1)[1])
     assert video.is_file() and video.parent.parent == tmp_path / "ev"
     # the sampler's noise scale is what was measured: in every task's results and in the suite's report
-    assert json.loads((video.parent / "results.json").read_text())["noise_scale"] == 0.5
+    saved = json.loads((video.parent / "results.json").read_text())
+    assert saved["noise_scale"] == 0.5 and saved["policy_source"]["weights"] == "raw"  # --raw: not the EMA
     assert "1 denoising steps from noise x 0.5" in (tmp_path / "ev" / "report.md").read_text()
 
 

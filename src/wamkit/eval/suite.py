@@ -124,7 +124,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], episodes: int, seed: int = 1, *,
                          out_dir: str | Path, num_steps: int = 10, workers: int = 0, device: str = "cpu", dtype: str = "auto",
-                         noise_scale: float = 1.0, **kwargs) -> list:
+                         noise_scale: float = 1.0, use_ema: bool = True, **kwargs) -> list:
     """Evaluate every checkpoint of a run (each into out_dir/step_<N>/) in one env or a suite (a list of env
     names, or a string naming envs/suites), then write out_dir/report.md, out_dir/results.json and
     out_dir/success_vs_step.png (or .svg without matplotlib)."""
@@ -135,7 +135,8 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     results = []
     with _pool(run_dir, names, workers, kwargs) as pool:
         for iteration in list_checkpoints(run_dir):
-            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale)
+            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale,
+                                 use_ema=use_ema)
             step = int(iteration.name.split("_")[1])
             results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
                                          pool=pool, **kwargs))
@@ -183,7 +184,7 @@ def eval_sim_main(args) -> int:
     workers = getattr(args, "workers", 0) or 0
     # where the policy computes, in what, and how far from the mode it samples
     place = dict(device=getattr(args, "device", "cpu"), dtype=getattr(args, "dtype", "auto"),
-                 noise_scale=getattr(args, "noise_scale", 1.0))
+                 noise_scale=getattr(args, "noise_scale", 1.0), use_ema=not getattr(args, "raw", False))
     delays = getattr(args, "inference_delay", None)
     if delays is not None:  # simulated latency: one env, every (delay, mode) pair, realtime.md
         if len(names) != 1:
