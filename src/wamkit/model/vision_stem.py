@@ -35,9 +35,10 @@ from diffusers import Cosmos3OmniTransformer
 STEM_CHANNELS = 64
 # Tensors each stem saves for the backward pass, STEM_CHANNELS values per latent position each (wamkit.train.memory):
 # "conv": three convolutions' outputs and their GELUs; "resnet": the first convolution's two, and per residual
-# block two norms, two GELUs, two convolutions and the sum.
-STEM_SAVED_TENSORS = {"conv": 6, "resnet": 2 + 2 * 7, "action_keypoints": 2 + 2 * 7}
+# block two norms, two GELUs, two convolutions and the sum; "action_keypoints" runs the residual stem.
 RESIDUAL_BLOCKS = 2
+_RESIDUAL_STEM_SAVED = 2 + RESIDUAL_BLOCKS * 7
+STEM_SAVED_TENSORS = {"conv": 6, "resnet": _RESIDUAL_STEM_SAVED, "action_keypoints": _RESIDUAL_STEM_SAVED}
 KEYPOINTS = 32
 
 
