@@ -128,6 +128,11 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # view), clean demonstrations: side by side at 20 a task the zoom scored 0.55 clean against 0.50 with DART (expert
 # noise 0.2, CAMERA=corner@2x/64//0.2, the twenty-fifth's default); with the recipe's conv stem and frame positions
 # it reached 0.590 at 50 a task against ACT 0.710 and DP 0.706. CAMERA=corner is the older, unzoomed setup.
+# A wrist camera beside it, CAMERA=corner@2x,gripperPOV (Meta-World's camera on the gripper: reach's marker, the puck
+# and push's goal fill a quarter of its frame near the end, where the corner view gives them a few pixels): 447 tokens a
+# sample against 255, --dry-run 19.7 GiB against 11.3; untried on the GPU. On the CPU's tiny testbeds at 1,000 steps of
+# 16 it did not help (reach 15/30 against 14/30, push 0/20 held out; thirty-seventh session, RESULTS.md). Side by side:
+#   PHASE=sweep TRAIN_S=250 EPISODES=20 VARIANTS="base:--set trainer.val_every=200;wrist@corner@2x,gripperPOV:--set trainer.val_every=200"
 CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",
