@@ -78,11 +78,14 @@ def test_ema_and_raw_weights_differ(run_dir, policy):
 def test_raw_weights_are_refused_for_an_export_which_holds_one_set(run_dir, tmp_path):
     from wamkit.export import export_run
     from wamkit.policy.policy import load_policy
+    from wamkit.worldmodel.rollout import WorldModel
 
     export = export_run(run_dir, tmp_path / "export")
     assert load_policy(run_dir, use_ema=False, num_steps=2).loaded.source["weights"] == "raw"
     with pytest.raises(CheckpointError, match="export --raw"):
         load_policy(export, use_ema=False)
+    with pytest.raises(CheckpointError, match="export --raw"):  # `eval wm --raw` loads through the same door
+        WorldModel.from_path(export, use_ema=False)
 
 
 def test_iteration_dir_loads_like_the_run_dir(run_dir, policy):

@@ -155,6 +155,19 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     )
 
 
+def load_model(path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
+               dtype: str | torch.dtype = "auto") -> LoadedModel:
+    """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory, as a policy or a
+    world model loads it. A checkpoint holds the EMA and the raw weights; an export holds one set, so asking it for
+    the raw ones is refused rather than answered with whatever it holds."""
+    if not is_export(path):
+        return load_from_checkpoint(path, use_ema=use_ema, device=device, dtype=dtype)
+    if not use_ema:
+        raise CheckpointError(str(path), "is an export, which holds one set of weights (the EMA unless exported with --raw)",
+                              "evaluate the run's checkpoint for its raw weights, or export it with `wamkit export --raw`")
+    return load_from_export(path, device=device, dtype=dtype)
+
+
 def place_for_inference(model: torch.nn.Module, device: str | torch.device, dtype: torch.dtype) -> torch.nn.Module:
     """The whole model on `device` in `dtype`, frozen, in eval mode. diffusers asks for the timestep
     embedder in fp32 and warns at every `.to(dtype)`; training's FSDP2 mixed precision computes every

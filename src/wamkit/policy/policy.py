@@ -19,12 +19,12 @@ import torch
 from wamkit.data.canvas import compose_canvas, contract_padding
 from wamkit.diffusion.rtc import DEFAULT_MAX_GUIDANCE, InpaintTarget, soft_mask
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
-from wamkit.errors import CheckpointError, WamkitError
+from wamkit.errors import WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs, ForwardGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
 from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
-from wamkit.policy.loading import LoadedModel, is_export, load_from_checkpoint, load_from_export
+from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export, load_model
 
 
 class PolicyInputError(WamkitError, ValueError):
@@ -291,13 +291,7 @@ def load_policy(path: str | Path, device: str = "cpu", num_steps: int = 10, use_
     computes in (wamkit.device.resolve_inference_dtype); `noise_scale`: the sampler's starting noise
     scale (1 = the trained distribution, < 1 samples nearer the mode)."""
     checked_noise_scale(noise_scale)  # before any weights load
-    if is_export(path):
-        if not use_ema:
-            raise CheckpointError(str(path), "is an export, which holds one set of weights (the EMA unless exported with --raw)",
-                                  "evaluate the run's checkpoint for its raw weights, or export it with `wamkit export --raw`")
-        policy = Policy.from_export(path, device=device, num_steps=num_steps, dtype=dtype)
-    else:
-        policy = Policy.from_checkpoint(path, use_ema=use_ema, device=device, num_steps=num_steps, dtype=dtype)
+    policy = Policy(load_model(path, use_ema=use_ema, device=device, dtype=dtype), num_steps)
     policy.noise_scale = noise_scale
     return policy
 

@@ -97,12 +97,10 @@ class WorldModel(ContractModel):
         """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory;
         `dtype`: what it computes in (wamkit.device.resolve_inference_dtype)."""
         from wamkit.distill.export import student_ladder
-        from wamkit.policy.loading import is_export, load_from_checkpoint, load_from_export
+        from wamkit.policy.loading import load_model
 
         kw.setdefault("student_sigmas", student_ladder(path))
-        if is_export(path):
-            return cls(load_from_export(path, device=device, dtype=dtype), **kw)
-        return cls(load_from_checkpoint(path, use_ema=use_ema, device=device, dtype=dtype), **kw)
+        return cls(load_model(path, use_ema=use_ema, device=device, dtype=dtype), **kw)
 
     def warm_up(self, predict) -> float:
         """Once per model, one untimed batch (`predict()`) before the first timed rollout: the real-time
