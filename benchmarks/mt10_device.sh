@@ -131,8 +131,10 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # A wrist camera beside it, CAMERA=corner@2x,gripperPOV (Meta-World's camera on the gripper: reach's marker, the puck
 # and push's goal fill a quarter of its frame near the end, where the corner view gives them a few pixels): 447 tokens a
 # sample against 255, --dry-run 19.7 GiB against 11.3; untried on the GPU. On the CPU's tiny testbeds at 1,000 steps of
-# 16 it did not help (reach 15/30 against 14/30, push 0/20 held out; thirty-seventh session, RESULTS.md). Side by side:
+# 16 it did not help wamkit (reach 15/30 against 14/30, push 0/20 held out; thirty-seventh session) while it lifted
+# LeRobot's ACT on push from 10/20 to 17/20 (thirty-eighth session, RESULTS.md). Side by side, then ACT and DP on it:
 #   PHASE=sweep TRAIN_S=250 EPISODES=20 VARIANTS="base:--set trainer.val_every=200;wrist@corner@2x,gripperPOV:--set trainer.val_every=200"
+#   CAMERA=corner@2x,gripperPOV WHEEL_DIRS=.whl_p2 PHASE=2 bash benchmarks/mt10_device.sh
 CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",
