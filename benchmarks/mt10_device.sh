@@ -76,7 +76,7 @@
 # Everything comes back under $OUT: the logs (logs_phase<N>.tgz), results.json and reports (mt10_phase<N>.tgz), the plot,
 # PHASE=1's final rollout videos (videos_phase1.tgz).
 set -uo pipefail
-PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), eval (the PHASE=1 policy under sampler variants: EVAL_VARIANTS), sweep (recipe variants side by side: VARIANTS) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
+PHASE=${PHASE:?set PHASE=1 (wamkit + judge), 2 (ACT + DP), eval (the PHASE=1 policy under sampler variants: EVAL_VARIANTS), sweep (recipe variants side by side: VARIANTS), trio (wamkit, ACT and DP side by side on the CAMERA recording) or profile (where the step and the closed loop spend their time: EPS=3 EPISODES=1 W=10 TRAIN_S=240)}
 SMOKE=${SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -135,6 +135,9 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # LeRobot's ACT on push from 10/20 to 17/20 (thirty-eighth session, RESULTS.md). Side by side, then ACT and DP on it:
 #   PHASE=sweep TRAIN_S=250 EPISODES=20 VARIANTS="base:--set trainer.val_every=200;wrist@corner@2x,gripperPOV:--set trainer.val_every=200"
 #   CAMERA=corner@2x,gripperPOV WHEEL_DIRS=.whl_p2 PHASE=2 bash benchmarks/mt10_device.sh
+# or all three methods at once on each recording (PHASE=trio, one layout; ~500 s a call), the second on the warm machine:
+#   run("CAMERA=corner@2x,gripperPOV WHEEL_DIRS=.whl_p2 PHASE=trio TRAIN_S=250 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p2", ".gl"])
+#   run("WHEEL_DIRS=.whl_p2 PHASE=trio TRAIN_S=250 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p2", ".gl"])
 CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",
@@ -305,14 +308,29 @@ judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and si
     > "$LOG/$(basename "$out").log" 2>&1 || tail -20 "$LOG/$(basename "$out").log"
 }
 
-phase2() {
+need_baseline_packages() {
   # LeRobot's Diffusion Policy builds its noise scheduler with diffusers (and the judge is wamkit's world model):
   # .whl_p2 carries it without its pipelines (policy_quality_wheels.sh; the full wheel was 92 KB over the 64 MiB carry
   # in the nineteenth session, and the twenty-third's PHASE=2 on a fresh machine stopped here)
-  if ! $PY -c "import diffusers" 2>/dev/null; then
-    stamp "PHASE=2 needs diffusers: rebuild the carries with benchmarks/policy_quality_wheels.sh (.whl_p2 holds a slim diffusers)"
+  if ! $PY -c "import diffusers, lerobot" 2>/dev/null; then
+    stamp "PHASE=$PHASE needs LeRobot and diffusers: WHEEL_DIRS=.whl_p2 with carry [\".whl_p2\", \".gl\"] (benchmarks/policy_quality_wheels.sh makes it)"
     exit 1
   fi
+}
+
+launch_baselines() {  # WORKERS [JUDGE ARGS...]: ACT and DP, side by side in the background, each trained TRAIN_S s of
+  # wall time (its own measured rate fits its steps) and evaluated at EPISODES/task with WORKERS simulator processes
+  local workers=$1 method; shift
+  for method in act diffusion; do
+    $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
+      --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
+      --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$workers" --dp-scheduler DDIM \
+      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "$@" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
+  done
+}
+
+phase2() {
+  need_baseline_packages
   record
   # PHASE=1's world model and judge report, when this machine ran PHASE=1 and stayed warm: ACT and DP are scored with
   # the same settings in their own processes and merged into PHASE=1's ranking (wamkit eval wm-policy-merge)
@@ -325,15 +343,8 @@ phase2() {
     stamp "no PHASE=1 world model on this machine (a fresh start): ACT and DP are not judged"
   fi
   stamp "train ACT and Diffusion Policy side by side (${TRAIN_S} s each), then evaluate each at $EPISODES/task"
-  local half=$(( W / 2 > 0 ? W / 2 : 1 )) pids=()
-  for method in act diffusion; do
-    $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
-      --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
-      --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$half" --dp-scheduler DDIM \
-      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "${judge_args[@]}" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid"; done
+  launch_baselines $(( W / 2 > 0 ? W / 2 : 1 )) "${judge_args[@]}"
+  wait
   grep -h "success\|failed\|not run\|world-model score" "$LOG"/pq_*.log | tail -8
   pack_phase2  # the table is safe even if the rankings below run past the call's limit (as the 36th session's did)
   # one ranking per state mode: PHASE=1's checkpoints (judged again here under the modes after the first), ACT and DP
@@ -352,6 +363,31 @@ phase2() {
     fi
   done
   pack_phase2
+}
+
+phasetrio() {  # wamkit's recipe, ACT and DP side by side on $CAMERA's recording in one call: TRAIN_S s of wall time
+  # each, each evaluated at EPISODES/task when its training ends. All three share the GPU and the host (where PHASE=1
+  # pairs the policy with the world model and PHASE=2 ACT with DP): one layout for all three, so their numbers compare
+  # with each other and with another PHASE=trio's, not with PHASE=1/2's. One call where a session may get only one
+  # machine: e.g. the wrist camera's question (does it lift wamkit, ACT and DP, and past 0.85?) is two such calls,
+  # CAMERA=corner@2x,gripperPOV and then CAMERA=corner@2x on the still-warm machine.
+  need_baseline_packages
+  record
+  local share=$(( W / 3 > 0 ? W / 3 : 1 ))
+  stamp "train wamkit's recipe, ACT and DP side by side (${TRAIN_S} s each), each then evaluated at $EPISODES/task ($share simulator workers each)"
+  { train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 \
+      --set trainer.samples_per_step="$BATCH" "${POLICY_SET[@]}"
+    trained policy
+    wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
+      --device "$DEVICE" --out "$EV/final" --videos 0 > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
+  } > "$LOG/trio_wamkit.out" 2>&1 &
+  launch_baselines "$share"
+  wait
+  cat "$LOG/trio_wamkit.out"
+  echo "wamkit: $(grep -h "average of" "$LOG/eval_final.log" || echo "no result: $LOG/eval_final.log")"
+  grep -h "success\|failed\|not run" "$LOG"/pq_*.log | tail -6
+  tar czf "$OUT/mt10_phasetrio.tgz" -C "$WORK" $(cd "$WORK" && ls eval/final/results.json eval/final/report.md \
+    eval/act/results.json eval/act/table.md eval/diffusion/results.json eval/diffusion/table.md 2>/dev/null)
 }
 
 pack_phase2() {  # ACT's and DP's results, tables and whatever judging is done so far, with the logs
