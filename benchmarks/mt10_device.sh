@@ -380,14 +380,21 @@ phasetrio() {  # wamkit's recipe, ACT and DP side by side on $CAMERA's recording
     trained policy
     wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$share" \
       --device "$DEVICE" --out "$EV/final" --videos 0 > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
+    pack_trio
   } > "$LOG/trio_wamkit.out" 2>&1 &
   launch_baselines "$share"
   wait
   cat "$LOG/trio_wamkit.out"
-  echo "wamkit: $(grep -h "average of" "$LOG/eval_final.log" || echo "no result: $LOG/eval_final.log")"
+  echo "wamkit: $(grep -h "average of\|: success" "$LOG/eval_final.log" | tail -1 | grep . || echo "no result: $LOG/eval_final.log")"
   grep -h "success\|failed\|not run" "$LOG"/pq_*.log | tail -6
-  tar czf "$OUT/mt10_phasetrio.tgz" -C "$WORK" $(cd "$WORK" && ls eval/final/results.json eval/final/report.md \
-    eval/act/results.json eval/act/table.md eval/diffusion/results.json eval/diffusion/table.md 2>/dev/null)
+  pack_trio
+}
+
+pack_trio() {  # whichever method's results exist so far, with the logs (a call cut at its limit keeps what finished)
+  local done; done=$(cd "$WORK" && ls eval/final/results.json eval/final/report.md eval/act/results.json eval/act/table.md \
+    eval/diffusion/results.json eval/diffusion/table.md 2>/dev/null)
+  [ -n "$done" ] && tar czf "$OUT/mt10_phasetrio.tgz" -C "$WORK" $done
+  pack_logs
 }
 
 pack_phase2() {  # ACT's and DP's results, tables and whatever judging is done so far, with the logs
