@@ -130,7 +130,9 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # it reached 0.590 at 50 a task against ACT 0.710 and DP 0.706. CAMERA=corner is the older, unzoomed setup.
 # A wrist camera beside it, CAMERA=corner@2x,gripperPOV (Meta-World's camera on the gripper: reach's marker, the puck
 # and push's goal fill a quarter of its frame near the end, where the corner view gives them a few pixels): 447 tokens a
-# sample against 255, --dry-run 19.7 GiB against 11.3; untried on the GPU. On the CPU's tiny testbeds at 1,000 steps of
+# sample against 255, --dry-run 19.7 GiB against 11.3 (peak 18.9 on one H100). First GPU run, thirty-ninth session, PHASE=trio
+# TRAIN_S=150 (the device time left): wamkit 0.43, ACT 0.565, DP 0.515 at 20 a task, reach/push/pick-place 1-4 of 20 for
+# every method; the same trio on corner@2x alone is the comparison still to run. On the CPU's tiny testbeds at 1,000 steps of
 # 16 it did not help wamkit (reach 15/30 against 14/30, push 0/20 held out; thirty-seventh session) while it lifted
 # LeRobot's ACT on push from 10/20 to 17/20 (thirty-eighth session, RESULTS.md). Side by side, then ACT and DP on it:
 #   PHASE=sweep TRAIN_S=250 EPISODES=20 VARIANTS="base:--set trainer.val_every=200;wrist@corner@2x,gripperPOV:--set trainer.val_every=200"
