@@ -320,6 +320,9 @@ need_baseline_packages() {
   fi
 }
 
+# what launch_baselines leaves for the pack functions: ACT's and DP's results and tables, under $WORK
+BASELINE_RESULTS=(eval/act/results.json eval/act/table.md eval/diffusion/results.json eval/diffusion/table.md)
+
 launch_baselines() {  # WORKERS [JUDGE ARGS...]: ACT and DP, side by side in the background, each trained TRAIN_S s of
   # wall time (its own measured rate fits its steps) and evaluated at EPISODES/task with WORKERS simulator processes
   local workers=$1 method; shift
@@ -393,15 +396,14 @@ phasetrio() {  # wamkit's recipe, ACT and DP side by side on $CAMERA's recording
 }
 
 pack_trio() {  # whichever method's results exist so far, with the logs (a call cut at its limit keeps what finished)
-  local done; done=$(cd "$WORK" && ls eval/final/results.json eval/final/report.md eval/act/results.json eval/act/table.md \
-    eval/diffusion/results.json eval/diffusion/table.md 2>/dev/null)
+  local done; done=$(cd "$WORK" && ls eval/final/results.json eval/final/report.md "${BASELINE_RESULTS[@]}" 2>/dev/null)
   [ -n "$done" ] && tar czf "$OUT/mt10_phasetrio.tgz" -C "$WORK" $done
   pack_logs
 }
 
 pack_phase2() {  # ACT's and DP's results, tables and whatever judging is done so far, with the logs
-  tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" eval/act/results.json eval/act/table.md eval/diffusion/results.json \
-    eval/diffusion/table.md $(cd "$WORK" && ls -d eval/*/judge* eval/judge_all* eval/judge_ckpts_* 2>/dev/null) 2>/dev/null
+  tar czf "$OUT/mt10_phase2.tgz" -C "$WORK" "${BASELINE_RESULTS[@]}" \
+    $(cd "$WORK" && ls -d eval/*/judge* eval/judge_all* eval/judge_ckpts_* 2>/dev/null) 2>/dev/null
   pack_logs
 }
 
