@@ -7,7 +7,7 @@ recorded frames, fits a ridge regression from them to the object's position on t
 chosen by cross-validation over those episodes) and reports its error on the rest, in centimetres, beside the same probe on the raw pixels, on the observed frame's tokens where
 they enter the trunk, on the hand's state alone, and the spread of the position itself (what predicting the mean
 costs): a position the pixels and the input tokens give and the action head's input does not is lost in the trunk.
-With `model.vision_stem = "action_keypoints"` a last column probes the keypoints the action rows are given.
+With `model.vision_stem = "action_keypoints"` or `"action_eye"` a last column probes the read-out the action rows are given.
 The positions come from a second recording of the same episodes made with the privileged state
 (`benchmarks/privileged_state.patch`: columns obj_x, obj_y, goal_x, goal_y after the hand's four), aligned frame
 by frame.
@@ -53,8 +53,8 @@ def action_head_features(policy: Policy, dataset: LeRobotV3Dataset, episodes: li
     hooks = [model.action_proj_out.register_forward_hook(lambda m, args, out: seen.update(rows=args[0].detach().float())),
              model.register_forward_pre_hook(lambda m, args, kw: seen.update(shapes=kw["vision_token_shapes"]), with_kwargs=True),
              model.proj_in.register_forward_hook(lambda m, args, out: seen.update(tokens=out.detach().float()))]
-    if hasattr(model, "action_keypoint_out"):  # model.vision_stem = "action_keypoints": what the rows are given
-        hooks.append(model.action_keypoint_out.register_forward_hook(
+    if hasattr(model, "action_readout_out"):  # model.vision_stem = "action_keypoints" or "action_eye": what the rows are given
+        hooks.append(model.action_readout_out.register_forward_hook(
             lambda m, args, out: seen.update(keypoints=args[0].detach().float())))
     feats, inputs, pixels, states, keypoints = [], [], [], [], []
     try:

@@ -1,4 +1,4 @@
-"""model.vision_stem = "conv" (and "resnet", "action_keypoints"): the stem's features land on the patch they were computed at (diffusers'
+"""model.vision_stem = "conv" (and "resnet", "action_keypoints", "action_eye"): the stem's features land on the patch they were computed at (diffusers'
 packing order, padded frames included), the network starts as plain Cosmos3 (zero projection), the stem
 trains, combines with frame positions, materialises from meta; a run with either addition or both
 reloads and exports to a directory that loads back as the same class and outputs."""
@@ -16,9 +16,12 @@ from wamkit.model.cosmos3 import build_transformer, set_trainable
 from wamkit.model.frame_positions import FramePositionCosmos3
 from wamkit.model.materialize import materialize
 from wamkit.model.packing import SequenceSample, pack_samples
-from wamkit.model.variants import (ActionKeypointStemFramePositionCosmos3, ConvStemFramePositionCosmos3,
-                                   ResNetStemFramePositionCosmos3, transformer_class_named)
-from wamkit.model.vision_stem import (ActionKeypointStemCosmos3, ConvStem, ConvStemCosmos3, ResNetStemCosmos3,
+from wamkit.model.resnet import ResNet18
+from wamkit.model.tokenizer import PixelTokenizer
+from wamkit.model.variants import (ActionEyeStemFramePositionCosmos3, ActionKeypointStemFramePositionCosmos3,
+                                   ConvStemFramePositionCosmos3, ResNetStemFramePositionCosmos3, transformer_class_named)
+from wamkit.model.vision_stem import (EYE_SAVED_VALUES_PER_PIXEL, ActionEyeStemCosmos3, ActionKeypointStemCosmos3,
+                                      ConvStem, ConvStemCosmos3, ResNetStemCosmos3, latest_frame_pixels,
                                       observed_frame_of_rows)
 from wamkit.policy import load_from_checkpoint
 from wamkit.policy.loading import load_transformer
@@ -26,6 +29,7 @@ from wamkit.policy.loading import load_transformer
 CONV = 'model.vision_stem="conv"'
 RESNET = 'model.vision_stem="resnet"'
 FOURIER = 'model.frame_positions="fourier"'
+EYE = ['model.vision_stem="action_eye"', 'model.tokenizer="pixel_unshuffle"']
 
 
 def test_features_are_packed_like_the_patches_they_were_computed_on():
@@ -100,11 +104,45 @@ def test_combines_with_frame_positions_and_materialises_from_meta():
     assert len(norms) == 4 and all(bool((n.weight == 1).all() and not n.bias.any()) for n in norms)
 
 
-def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
+def test_a_base_checkpoint_or_an_unknown_kind_or_an_eye_without_pixels_is_a_named_error():
     with pytest.raises(ConfigError, match="vision_stem"):
         load_experiment(DEMO_RECIPE, [CONV, 'checkpoint.load_path="/some/base"'])
     with pytest.raises(ConfigError, match="vision_stem"):
         load_experiment(DEMO_RECIPE, ['model.vision_stem="vit"'])
+    with pytest.raises(ConfigError, match="model.tokenizer=pixel_unshuffle"):  # the area-pooling tokenizer loses pixels
+        load_experiment(DEMO_RECIPE, ['model.vision_stem="action_eye"', 'model.tokenizer="pixel"'])
+    assert load_experiment(DEMO_RECIPE, EYE).model.vision_stem == "action_eye"
+    with pytest.raises(ValueError, match="pixel_unshuffle"):  # 16 channels: a VAE's latent, not 4 x 3 x f^2
+        build_transformer("tiny", latent_channel=16, max_action_dim=8, num_domains=4, vision_stem="action_eye")
+
+
+def test_the_eye_is_resnet18_and_its_saved_activations_are_what_the_memory_estimate_counts():
+    """torchvision's resnet18 without its classifier has 11,176,512 parameters (GroupNorm's affine pairs count as
+    BatchNorm's); the tensors its forward saves for the backward, weights aside, are EYE_SAVED_VALUES_PER_PIXEL."""
+    eye = ResNet18()
+    assert sum(p.numel() for p in eye.parameters()) == 11_176_512
+    weights = {p.data_ptr() for p in eye.parameters()}
+    saved = {}
+
+    def pack(t):
+        if t.data_ptr() not in weights:
+            saved[(t.data_ptr(), t.shape)] = t.numel() * t.element_size() / 4  # in fp32 values
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        features = eye(torch.randn(2, 3, 64, 128))
+    assert features.shape == (2, 512, 2, 4)
+    assert sum(saved.values()) / (2 * 64 * 128) == pytest.approx(EYE_SAVED_VALUES_PER_PIXEL, rel=0.02)
+
+
+def test_the_eye_sees_each_latent_frames_last_video_frame_exactly():
+    """latest_frame_pixels inverts the pixel_unshuffle tokenizer: frames 0 (the first, repeated), 4 and 8 of 9."""
+    video = torch.randint(0, 256, (1, 9, 8, 12, 3), dtype=torch.uint8)
+    latent = PixelTokenizer(4, lossless=True).encode(video)[0]
+    pixels = latest_frame_pixels(latent, 4)
+    expected = video[0, [0, 4, 8]].permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+    assert pixels.shape == (3, 3, 8, 12)
+    torch.testing.assert_close(pixels, expected)
 
 
 
@@ -113,8 +151,9 @@ def test_a_base_checkpoint_or_an_unknown_kind_is_a_named_error():
     ([CONV], ConvStemCosmos3, "vision_stem.out.weight"),
     ([FOURIER, CONV], ConvStemFramePositionCosmos3, "vision_stem.out.weight"),
     ([FOURIER, RESNET], ResNetStemFramePositionCosmos3, "vision_stem.out.weight"),
-    ([FOURIER, 'model.vision_stem="action_keypoints"'], ActionKeypointStemFramePositionCosmos3, "action_keypoint_out.weight"),
-], ids=["frame_positions", "vision_stem", "both", "resnet_both", "action_keypoints_both"])
+    ([FOURIER, 'model.vision_stem="action_keypoints"'], ActionKeypointStemFramePositionCosmos3, "action_readout_out.weight"),
+    ([FOURIER, *EYE], ActionEyeStemFramePositionCosmos3, "action_readout_out.weight"),
+], ids=["frame_positions", "vision_stem", "both", "resnet_both", "action_keypoints_both", "action_eye_both"])
 def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls, added):
     run = train_tiny_run(tmp_path, "variant", extra=extra)
     loaded = load_from_checkpoint(run, use_ema=False)
@@ -124,7 +163,8 @@ def test_a_run_trains_the_added_weights_reloads_and_exports(tmp_path, extra, cls
     for use_from_pretrained in (True, False):
         reloaded = load_transformer(exported / "transformer", use_from_pretrained=use_from_pretrained)
         assert type(reloaded) is cls
-        verify_same_outputs(loaded.model, reloaded, loaded.contract, 12, loaded.text_tokenizer, atol=0, rtol=0)
+        verify_same_outputs(loaded.model, reloaded, loaded.contract, loaded.model.config.latent_channel,
+                            loaded.text_tokenizer, atol=0, rtol=0)
 
 
 def test_each_action_row_reads_its_own_samples_latest_observed_frame():
@@ -135,18 +175,19 @@ def test_each_action_row_reads_its_own_samples_latest_observed_frame():
     assert observed_frame_of_rows(torch.tensor([2, 3, 6, 7]), 8, 6).tolist() == [1] * 3 + [5] * 3
 
 
-def test_action_keypoints_reach_their_own_samples_action_rows_merged_or_not():
-    """Each sample's action rows get the keypoints of its own latest observed frame: a merged pack (one item for
-    all samples) gives the per-sample pack's actions, the projection moves them, and with it at zero (as built)
-    the model is the residual stem's."""
+@pytest.mark.parametrize("kind, cls", [("action_keypoints", ActionKeypointStemCosmos3), ("action_eye", ActionEyeStemCosmos3)])
+def test_action_readouts_reach_their_own_samples_action_rows_merged_or_not(kind, cls):
+    """Each sample's action rows get the read-out (keypoints, or the eye's features) of its own latest observed
+    frame: a merged pack (one item for all samples) gives the per-sample pack's actions, the projection moves them,
+    and with it at zero (as built) the model is the residual stem's."""
     gen = torch.Generator().manual_seed(5)
     samples = [SequenceSample(text_ids=[4, 5, 6], video=torch.randn(12, 3, 4, 4, generator=gen),
                               actions=torch.randn(9, 8, generator=gen), clean_video_frames=[0], clean_action_rows=[0],
                               sigma=sigma, domain_id=1, fps=10.0, action_start_frame=0) for sigma in (0.3, 0.7, 0.5)]
     torch.manual_seed(0)
     model = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4,
-                              vision_stem="action_keypoints").eval()
-    assert isinstance(model, ActionKeypointStemCosmos3) and not model.action_keypoint_out.weight.any()
+                              vision_stem=kind).eval()
+    assert isinstance(model, cls) and not model.action_readout_out.weight.any()
     resnet = build_transformer("tiny", latent_channel=12, max_action_dim=8, num_domains=4, vision_stem="resnet").eval()
     resnet.load_state_dict(model.state_dict(), strict=False)
     processors = [install_packed_attention(m) for m in (model, resnet)]
@@ -158,7 +199,7 @@ def test_action_keypoints_reach_their_own_samples_action_rows_merged_or_not():
 
     torch.testing.assert_close(actions(model, processors[0], False), actions(resnet, processors[1], False))
     with torch.no_grad():
-        model.action_keypoint_out.weight.normal_()
+        model.action_readout_out.weight.normal_()
         model.vision_stem.out.weight.normal_()
     separate, merged = actions(model, processors[0], False), actions(model, processors[0], True)
     torch.testing.assert_close(merged, separate, atol=1e-5, rtol=1e-4)

@@ -314,3 +314,18 @@ def test_latent_channels_from_the_config_match_the_tokenizer(kind, factor):
 
     assert latent_channels_for(kind, factor) == build_video_tokenizer(kind, pixel_spatial_factor=factor).latent_channels
     assert latent_channels_for("wan2.2", factor) == 48
+
+
+def test_the_action_eye_adds_its_resnets_saved_activations_to_the_stem_estimate():
+    """"action_eye" runs the residual stem and a ResNet-18 over each latent frame's image: f^2 pixels of
+    EYE_SAVED_VALUES_PER_PIXEL saved values per latent position on top of the residual stem's."""
+    from pathlib import Path
+
+    from wamkit.model.vision_stem import EYE_SAVED_VALUES_PER_PIXEL
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "metaworld_mt10.toml"
+    stems = {kind: memory.Knobs.from_config(load_experiment(recipe, [f'model.vision_stem="{kind}"']), 1, 0, 1000)
+             for kind in ("resnet", "action_eye")}
+    factor = load_experiment(recipe).model.pixel_spatial_factor
+    added = stems["action_eye"].stem_values_per_sample - stems["resnet"].stem_values_per_sample
+    assert added == round(1000 * EYE_SAVED_VALUES_PER_PIXEL * factor**2) > 0

@@ -24,7 +24,7 @@ SCHEDULER_KINDS = ("LambdaLinear", "LambdaCosine", "constant")
 OPTIMIZER_KINDS = ("adamw", "adamw8bit")
 TOKENIZER_KINDS = ("pixel", "pixel_unshuffle", "wan2.2")
 FRAME_POSITION_KINDS = ("none", "fourier")  # wamkit.model.frame_positions
-VISION_STEM_KINDS = ("none", "conv", "resnet", "action_keypoints")  # wamkit.model.vision_stem
+VISION_STEM_KINDS = ("none", "conv", "resnet", "action_keypoints", "action_eye")  # wamkit.model.vision_stem
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "per_sample")
 ACTION_SPACES = ("", "joint_pos", "joint_velocity", "cartesian_position", "cartesian_velocity")
 
@@ -165,7 +165,9 @@ class ModelConfig:
     # trained from scratch; a base checkpoint has no such weights. resnet: one convolution and two residual blocks
     # (five convolutions, GroupNorm), a deeper reader of the frame. action_keypoints: the residual stem plus 32
     # spatial-softmax keypoints of each sample's latest observed frame added to its action rows (measured once,
-    # benchmarks/RESULTS.md thirty-fifth session: 0.665 against 0.64 on MT10, inside the noise).
+    # benchmarks/RESULTS.md thirty-fifth session: 0.665 against 0.64 on MT10, inside the noise). action_eye: the
+    # residual stem plus a ResNet-18 (GroupNorm, from scratch) over the pixels of each sample's latest observed frame,
+    # added to its action rows: ACT's reader of the camera (needs model.tokenizer = "pixel_unshuffle").
     vision_stem: str = "none"
 
 
@@ -447,6 +449,10 @@ class ExperimentConfig:
             raise ConfigError("model.vision_stem", f"= {self.model.vision_stem!r} adds weights that the base "
                               f"checkpoint.load_path = {self.checkpoint.load_path!r} does not have",
                               "--set model.vision_stem=none to fine-tune the base (its pretrained patch embedding sees already)")
+        if self.model.vision_stem == "action_eye" and self.model.tokenizer != "pixel_unshuffle":
+            raise ConfigError("model.vision_stem", f"= 'action_eye' reads the frame's pixels back out of the latents, "
+                              f"which model.tokenizer = {self.model.tokenizer!r} does not keep",
+                              "--set model.tokenizer=pixel_unshuffle (every pixel kept), or another model.vision_stem")
         if self.model.zero_init_video_output and self.checkpoint.load_path:
             raise ConfigError("model.zero_init_video_output", "is for models trained from scratch, but checkpoint.load_path "
                               f"= {self.checkpoint.load_path!r} loads weights over it",

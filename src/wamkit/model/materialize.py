@@ -85,7 +85,7 @@ def initial_value(modules: dict, name: str, shape: tuple[int, ...], seed: int, d
     parent = modules.get(owner_name.rpartition(".")[0]) if owner_name else None
     gen = parameter_generator(seed, name, device)
     kind = type(owner).__name__
-    if ".lora_B." in f".{name}" or name.startswith(("frame_position.", "vision_stem.out.", "action_keypoint_out.")):  # zero updates: peft's adapters,
+    if ".lora_B." in f".{name}" or name.startswith(("frame_position.", "vision_stem.out.", "action_readout_out.")):  # zero updates: peft's adapters,
         return torch.zeros(shape, device=device)  # frame positions, the conv stem's projection
     if isinstance(owner, torch.nn.Conv2d):  # kaiming_uniform(a=sqrt(5)) and its bias rule: U(+-1/sqrt(fan_in))
         fan_in = owner.in_channels // owner.groups * math.prod(owner.kernel_size)

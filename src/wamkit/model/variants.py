@@ -6,7 +6,7 @@ from __future__ import annotations
 from diffusers import Cosmos3OmniTransformer
 
 from wamkit.model.frame_positions import FramePositionCosmos3
-from wamkit.model.vision_stem import ActionKeypointStemCosmos3, ConvStemCosmos3, ResNetStemCosmos3
+from wamkit.model.vision_stem import ActionEyeStemCosmos3, ActionKeypointStemCosmos3, ConvStemCosmos3, ResNetStemCosmos3
 
 
 class ConvStemFramePositionCosmos3(ConvStemCosmos3, FramePositionCosmos3):
@@ -22,11 +22,16 @@ class ActionKeypointStemFramePositionCosmos3(ActionKeypointStemCosmos3, FramePos
     """The residual stem with keypoints for the action rows, and the frame positions."""
 
 
+class ActionEyeStemFramePositionCosmos3(ActionEyeStemCosmos3, FramePositionCosmos3):
+    """The residual stem with a ResNet-18's read-out for the action rows, and the frame positions."""
+
+
 BY_OPTIONS = {("none", "none"): Cosmos3OmniTransformer, ("fourier", "none"): FramePositionCosmos3,
               ("none", "conv"): ConvStemCosmos3, ("fourier", "conv"): ConvStemFramePositionCosmos3,
               ("none", "resnet"): ResNetStemCosmos3, ("fourier", "resnet"): ResNetStemFramePositionCosmos3,
               ("none", "action_keypoints"): ActionKeypointStemCosmos3,
-              ("fourier", "action_keypoints"): ActionKeypointStemFramePositionCosmos3}
+              ("fourier", "action_keypoints"): ActionKeypointStemFramePositionCosmos3,
+              ("none", "action_eye"): ActionEyeStemCosmos3, ("fourier", "action_eye"): ActionEyeStemFramePositionCosmos3}
 BY_NAME = {cls.__name__: cls for cls in BY_OPTIONS.values()}
 
 

@@ -22,7 +22,12 @@ of each sample's latest observed frame go through a spatial softmax (Levine et a
 read-out of its ResNet-18): KEYPOINTS learned maps, each turned into the expected (x, y) of its softmax over the
 frame, and a zero-started projection of those coordinates is added to every action row of that sample where it
 enters the trunk. A linear probe found the goal marker's position in the frame's tokens and not at the action
-head (benchmarks/RESULTS.md, thirty-third session): the rows must otherwise fetch it by attention."""
+head (benchmarks/RESULTS.md, thirty-third session): the rows must otherwise fetch it by attention.
+
+`model.vision_stem = "action_eye"` gives the action rows ACT's eye instead: a ResNet-18 from scratch (GroupNorm;
+wamkit.model.resnet) over the pixels of each sample's latest observed frame, its last feature map pooled to 2 x 4
+cells and projected (from zero) onto that sample's action rows. On the CPU push testbed (benchmarks/RESULTS.md,
+thirty-ninth session, as a patch) it solved 10/80 against the conv stem's 2/80 over two training seeds."""
 
 from __future__ import annotations
 
@@ -32,14 +37,22 @@ import torch
 import torch.nn.functional as F
 from diffusers import Cosmos3OmniTransformer
 
+from wamkit.model.resnet import WIDTHS, ResNet18
+from wamkit.model.tokenizer import TEMPORAL_FACTOR
+
 STEM_CHANNELS = 64
 # Tensors each stem saves for the backward pass, STEM_CHANNELS values per latent position each (wamkit.train.memory):
 # "conv": three convolutions' outputs and their GELUs; "resnet": the first convolution's two, and per residual
 # block two norms, two GELUs, two convolutions and the sum; "action_keypoints" runs the residual stem.
 RESIDUAL_BLOCKS = 2
 _RESIDUAL_STEM_SAVED = 2 + RESIDUAL_BLOCKS * 7
-STEM_SAVED_TENSORS = {"conv": 6, "resnet": _RESIDUAL_STEM_SAVED, "action_keypoints": _RESIDUAL_STEM_SAVED}
+STEM_SAVED_TENSORS = {"conv": 6, "resnet": _RESIDUAL_STEM_SAVED, "action_keypoints": _RESIDUAL_STEM_SAVED,
+                      "action_eye": _RESIDUAL_STEM_SAVED}
+# What "action_eye"'s ResNet-18 saves for the backward pass per pixel of each latent frame's image, counted by
+# saved-tensor hooks (tests/model/test_vision_stem.py); most of it is the first two stages at 1/2 and 1/4 resolution.
+EYE_SAVED_VALUES_PER_PIXEL = 111.0
 KEYPOINTS = 32
+EYE_GRID = (2, 4)  # "action_eye": ResNet-18's last feature map pooled to 2 x 4 cells (a 64 x 128 frame's whole map)
 
 
 class ResidualBlock(torch.nn.Module):
@@ -154,40 +167,104 @@ def observed_frame_of_rows(noisy: torch.Tensor, frames: int, rows: int) -> torch
     return per_frame[torch.arange(rows, device=noisy.device) * frames // rows]
 
 
-class ActionKeypointStemCosmos3(ResNetStemCosmos3):
-    """The residual stem whose spatial-softmax keypoints of each sample's latest observed frame are added to
-    that sample's action rows (`model.vision_stem = "action_keypoints"`, module docstring)."""
+class ActionReadoutStemCosmos3(ResNetStemCosmos3):
+    """The residual stem plus a per-frame read-out of each sample's latest observed frame, added through a
+    zero-started projection to that sample's action rows where they enter the trunk. Subclasses set
+    `self._readouts` (per vision item, every frame's [T, readout_features]) during each forward."""
+
+    readout_features = 0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.action_keypoints = SpatialSoftmax(STEM_CHANNELS, KEYPOINTS)
-        self.action_keypoint_out = torch.nn.Linear(2 * KEYPOINTS, self.config.hidden_size, bias=False)
-        torch.nn.init.zeros_(self.action_keypoint_out.weight)
-        self._keypoints: list[torch.Tensor] = []  # per vision item, every frame's [T, 2K]; set by each forward
+        self.action_readout_out = torch.nn.Linear(self.readout_features, self.config.hidden_size, bias=False)
+        torch.nn.init.zeros_(self.action_readout_out.weight)
+        self._readouts: list[torch.Tensor] = []
         self._forward_kwargs: dict = {}
-        self.action_proj_in.register_forward_hook(self._add_keypoints_to_action_rows)
+        self.action_proj_in.register_forward_hook(self._add_readouts_to_action_rows)
 
     __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
 
     def forward(self, *args, **kwargs):
         if args:
-            raise TypeError("model.vision_stem = 'action_keypoints' takes the forward's inputs as keywords "
+            raise TypeError(f"{type(self).__name__} takes the forward's inputs as keywords "
                             "(it reads vision_noisy_frame_indexes and action_token_shapes)")
         self._forward_kwargs = kwargs
         try:
             return super().forward(**kwargs)
         finally:
-            self._keypoints, self._forward_kwargs = [], {}
+            self._readouts, self._forward_kwargs = [], {}
+
+    def _add_readouts_to_action_rows(self, module, args, out: torch.Tensor) -> torch.Tensor:
+        noisy, shapes = self._forward_kwargs["vision_noisy_frame_indexes"], self._forward_kwargs["action_token_shapes"]
+        if len(self._readouts) != len(shapes):
+            raise RuntimeError(f"{type(self).__name__}: {len(self._readouts)} vision items against {len(shapes)} "
+                               "action items; every policy sample needs both")
+        per_row = [readout[observed_frame_of_rows(frames_noisy, readout.shape[0], shape[0])]
+                   for readout, frames_noisy, shape in zip(self._readouts, noisy, shapes)]
+        added = self.action_readout_out(torch.cat(per_row).to(self.action_readout_out.weight.dtype))
+        return out + added.to(out.dtype)
+
+
+class ActionKeypointStemCosmos3(ActionReadoutStemCosmos3):
+    """The read-out is the spatial-softmax keypoints of the residual stem's features
+    (`model.vision_stem = "action_keypoints"`, module docstring)."""
+
+    readout_features = 2 * KEYPOINTS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.action_keypoints = SpatialSoftmax(STEM_CHANNELS, KEYPOINTS)
+
+    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
 
     def _read_stem_features(self, features: list[torch.Tensor]) -> None:
-        self._keypoints = [self.action_keypoints(x) for x in features]
+        self._readouts = [self.action_keypoints(x) for x in features]
 
-    def _add_keypoints_to_action_rows(self, module, args, out: torch.Tensor) -> torch.Tensor:
-        noisy, shapes = self._forward_kwargs["vision_noisy_frame_indexes"], self._forward_kwargs["action_token_shapes"]
-        if len(self._keypoints) != len(shapes):
-            raise RuntimeError(f"action_keypoints: {len(self._keypoints)} vision items against {len(shapes)} "
-                               "action items; every policy sample needs both")
-        per_row = [keypoints[observed_frame_of_rows(frames_noisy, keypoints.shape[0], shape[0])]
-                   for keypoints, frames_noisy, shape in zip(self._keypoints, noisy, shapes)]
-        added = self.action_keypoint_out(torch.cat(per_row).to(self.action_keypoint_out.weight.dtype))
-        return out + added.to(out.dtype)
+
+class ActionEyeStemCosmos3(ActionReadoutStemCosmos3):
+    """The read-out is a ResNet-18 (wamkit.model.resnet) over the frame's pixels, pooled to an EYE_GRID of
+    512-channel cells (`model.vision_stem = "action_eye"`, module docstring). The pixels are the
+    pixel_unshuffle tokenizer's latents put back together, so it needs that tokenizer. Every latent frame of an
+    item goes through the eye (the noisy ones' read-outs are computed and dropped): the shapes stay static, as
+    the captured CUDA graphs of `eval sim` need, for about three times the eye's work at MT10's sample."""
+
+    readout_features = WIDTHS[-1] * EYE_GRID[0] * EYE_GRID[1]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pixel_factor = pixel_unshuffle_factor(self.config.latent_channel)
+        self.action_eye = torch.nn.Sequential(ResNet18(), torch.nn.AdaptiveAvgPool2d(EYE_GRID), torch.nn.Flatten())
+
+    __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
+
+    def _patchify_and_pack_latents(self, tokens_vision: list[torch.Tensor]):
+        dtype = self.action_readout_out.weight.dtype
+        self._readouts = [self.action_eye(latest_frame_pixels(latent.squeeze(0), self.pixel_factor).to(dtype))
+                          for latent in tokens_vision]
+        return super()._patchify_and_pack_latents(tokens_vision)
+
+
+def stem_saved_values_per_position(kind: str, pixel_factor: int) -> float:
+    """Values a vision stem of `kind` saves for the backward pass per latent position of a pixel tokenizer of
+    spatial factor `pixel_factor` (wamkit.train.memory)."""
+    saved = STEM_CHANNELS * STEM_SAVED_TENSORS.get(kind, 0)
+    if kind == "action_eye":
+        saved += EYE_SAVED_VALUES_PER_PIXEL * pixel_factor**2
+    return saved
+
+
+def pixel_unshuffle_factor(latent_channels: int) -> int:
+    """The spatial factor f of a pixel_unshuffle latent of 4 frames x 3 colours x f^2 channels."""
+    f = round((latent_channels / (TEMPORAL_FACTOR * 3)) ** 0.5)
+    if TEMPORAL_FACTOR * 3 * f * f != latent_channels:
+        raise ValueError(f"model.vision_stem = 'action_eye' reads pixels back out of pixel_unshuffle latents "
+                         f"(4 x 3 x f^2 channels); {latent_channels} channels are not such a latent: use "
+                         "model.tokenizer = 'pixel_unshuffle'")
+    return f
+
+
+def latest_frame_pixels(latent: torch.Tensor, factor: int) -> torch.Tensor:
+    """A pixel_unshuffle latent [4 * 3 * f^2, T, h, w] -> the last video frame of each latent frame,
+    [T, 3, h * f, w * f] in the tokenizer's [-1, 1] (wamkit.model.tokenizer.PixelTokenizer.encode's inverse)."""
+    frames = latent.reshape(TEMPORAL_FACTOR, -1, *latent.shape[1:])[-1].transpose(0, 1)  # [T, 3 f^2, h, w]
+    return F.pixel_shuffle(frames, factor)

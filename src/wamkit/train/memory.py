@@ -43,8 +43,9 @@ NANO_LAYERS = 36
 OUTSIDE_LAYER_BYTES = 57.0
 LATENT_VALUE_BYTES = 30.0
 # A vision stem (wamkit.model.vision_stem) saves STEM_SAVED_TENSORS[kind] tensors of STEM_CHANNELS values per latent
-# position for the backward pass, in the compute dtype: "conv" at MT10's shape (batch 256, 5 latent frames of
-# 16x16) 0.23 GiB, the 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
+# position for the backward pass, in the compute dtype (and "action_eye" its ResNet-18's activations too:
+# stem_saved_values_per_position): "conv" at MT10's shape (batch 256, 5 latent frames of 16x16) 0.23 GiB, the
+# 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
 _OUTSIDE_SHARE = OUTSIDE_LAYER_BYTES / NANO_LAYERS
 ACTIVATION_BYTES = {
     ("none", "full"): 31.6 - _OUTSIDE_SHARE, ("selective", "full"): 17.1 - _OUTSIDE_SHARE, ("full", "full"): 4.0,
@@ -117,7 +118,7 @@ class Knobs:
 
     @classmethod
     def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0) -> "Knobs":
-        from wamkit.model.vision_stem import STEM_CHANNELS, STEM_SAVED_TENSORS
+        from wamkit.model.vision_stem import stem_saved_values_per_position
         from wamkit.train.parallel import DTYPES
 
         p = cfg.parallel
@@ -125,7 +126,8 @@ class Knobs:
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
                    OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample),
-                   int(latent_positions_per_sample) * STEM_CHANNELS * STEM_SAVED_TENSORS.get(cfg.model.vision_stem, 0))
+                   round(int(latent_positions_per_sample)
+                         * stem_saved_values_per_position(cfg.model.vision_stem, cfg.model.pixel_spatial_factor)))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
