@@ -303,12 +303,13 @@ def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(reci
     cfg = load_experiment(root / "recipes" / f"{recipe}.toml", overrides)
     model = build_model(cfg, latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor), meta=True)
     sample = memory.token_counts(cfg, model.config, canvas, text)
-    knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"])
+    knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"], sample["observed_positions"])
     est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])
     over = 1.10 if cfg.diffusion.future_video_stride > 1 else 1.06
     assert 0.94 * peak <= est["total"] / GIB <= over * peak
-    saved = {"none": 0, "conv": 64 * 6, "resnet": 64 * 16, "action_eye": 64 * 16 + 111 * 4**2}[cfg.model.vision_stem]
-    assert est["vision stem"] == 256 * sample["latent_positions"] * saved * 2  # batch x positions x values saved x bf16
+    saved = {"none": 0, "conv": 64 * 6, "resnet": 64 * 16, "action_eye": 64 * 16}[cfg.model.vision_stem]
+    eye = 111 * 4**2 * sample["latent_positions"] // sample["frames"] if cfg.model.vision_stem == "action_eye" else 0
+    assert est["vision stem"] == 256 * (sample["latent_positions"] * saved + eye) * 2  # batch x values saved x bf16
 
 
 @pytest.mark.parametrize("kind, factor", [("pixel", 8), ("pixel_unshuffle", 2), ("pixel_unshuffle", 8)])
@@ -319,16 +320,27 @@ def test_latent_channels_from_the_config_match_the_tokenizer(kind, factor):
     assert latent_channels_for("wan2.2", factor) == 48
 
 
-def test_the_action_eye_adds_its_resnets_saved_activations_to_the_stem_estimate():
-    """"action_eye" runs the residual stem and a ResNet-18 over each latent frame's image: f^2 pixels of
-    EYE_SAVED_VALUES_PER_PIXEL saved values per latent position on top of the residual stem's."""
+WORLD_MODEL = "diffusion.future_video_stride=1"  # every future frame: what a world model's modes need
+
+
+@pytest.mark.parametrize("mode, every_frame", [([], False), (['model.mode="inverse_dynamics"', WORLD_MODEL], True),
+                                               (['model.mode="mixed"', "model.mode_weights.inverse_dynamics=0.5", WORLD_MODEL], True)])
+def test_the_action_eye_adds_its_resnets_saved_activations_for_the_clean_frames(mode, every_frame):
+    """"action_eye" runs the residual stem and a ResNet-18 over each clean latent frame's image: f^2 pixels of
+    EYE_SAVED_VALUES_PER_PIXEL saved values per latent position of those frames, on top of the residual stem's (a
+    policy sample's observed frame; every frame where inverse dynamics keeps them all clean)."""
     from pathlib import Path
 
     from wamkit.model.vision_stem import EYE_SAVED_VALUES_PER_PIXEL
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "metaworld_mt10.toml"
-    stems = {kind: memory.Knobs.from_config(load_experiment(recipe, [f'model.vision_stem="{kind}"']), 1, 0, 1000)
-             for kind in ("resnet", "action_eye")}
-    factor = load_experiment(recipe).model.pixel_spatial_factor
-    added = stems["action_eye"].stem_values_per_sample - stems["resnet"].stem_values_per_sample
-    assert added == round(1000 * EYE_SAVED_VALUES_PER_PIXEL * factor**2) > 0
+    configs = {kind: load_experiment(recipe, [f'model.vision_stem="{kind}"', *mode]) for kind in ("resnet", "action_eye")}
+    samples = {kind: memory.token_counts(cfg, type("C", (), {"latent_patch_size": 2})(), (64, 64), 46)
+               for kind, cfg in configs.items()}
+    stems = {kind: memory.Knobs.from_config(configs[kind], 1, 0, samples[kind]["latent_positions"],
+                                            samples[kind]["observed_positions"]).stem_values_per_sample for kind in configs}
+    sample = samples["action_eye"]
+    observed_frames = sample["frames"] if every_frame else 1
+    assert sample["observed_positions"] == observed_frames * sample["latent_positions"] // sample["frames"]
+    factor = configs["action_eye"].model.pixel_spatial_factor
+    assert stems["action_eye"] - stems["resnet"] == round(sample["observed_positions"] * EYE_SAVED_VALUES_PER_PIXEL * factor**2) > 0

@@ -224,9 +224,8 @@ class ActionKeypointStemCosmos3(ActionReadoutStemCosmos3):
 class ActionEyeStemCosmos3(ActionReadoutStemCosmos3):
     """The read-out is a ResNet-18 (wamkit.model.resnet) over the frame's pixels, pooled to an EYE_GRID of
     512-channel cells (`model.vision_stem = "action_eye"`, module docstring). The pixels are the
-    pixel_unshuffle tokenizer's latents put back together, so it needs that tokenizer. Every latent frame of an
-    item goes through the eye (the noisy ones' read-outs are computed and dropped): the shapes stay static, as
-    the captured CUDA graphs of `eval sim` need, for about three times the eye's work at MT10's sample."""
+    pixel_unshuffle tokenizer's latents put back together, so it needs that tokenizer. Only an item's clean
+    (observed) frames go through the eye, one of a policy sample's three at MT10's shape."""
 
     readout_features = WIDTHS[-1] * EYE_GRID[0] * EYE_GRID[1]
 
@@ -238,18 +237,35 @@ class ActionEyeStemCosmos3(ActionReadoutStemCosmos3):
     __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
 
     def _patchify_and_pack_latents(self, tokens_vision: list[torch.Tensor]):
-        dtype = self.action_readout_out.weight.dtype
-        self._readouts = [self.action_eye(latest_frame_pixels(latent.squeeze(0), self.pixel_factor).to(dtype))
-                          for latent in tokens_vision]
+        noisy = self._forward_kwargs.get("vision_noisy_frame_indexes") or [None] * len(tokens_vision)
+        self._readouts = [self._read_observed_frames(latent.squeeze(0), frames_noisy)
+                          for latent, frames_noisy in zip(tokens_vision, noisy)]
         return super()._patchify_and_pack_latents(tokens_vision)
 
+    def _read_observed_frames(self, latent: torch.Tensor, noisy: torch.Tensor | None) -> torch.Tensor:
+        """Every frame's read-out [T, readout_features], the eye run on the clean frames alone. Their count (T less
+        the noisy frames') is a shape, so choosing them needs no host sync and a captured CUDA graph keeps it; a
+        noisy frame gets the read-out of the clean frame before it, which is what its sample's rows read anyway."""
+        frames = latent.shape[1]
+        observed = frames - (0 if noisy is None else noisy.numel())
+        dtype = self.action_readout_out.weight.dtype
+        if observed == 0:
+            return latent.new_zeros(frames, self.readout_features, dtype=dtype)
+        clean = torch.ones(frames, dtype=torch.bool, device=latent.device)
+        if noisy is not None:
+            clean = clean.index_fill(0, noisy, False)
+        chosen = torch.argsort((~clean).int(), stable=True)[:observed]  # the clean frames, in order
+        features = self.action_eye(latest_frame_pixels(latent.index_select(1, chosen), self.pixel_factor).to(dtype))
+        return features[(clean.long().cumsum(0) - 1).clamp(min=0)]
 
-def stem_saved_values_per_position(kind: str, pixel_factor: int) -> float:
-    """Values a vision stem of `kind` saves for the backward pass per latent position of a pixel tokenizer of
+
+def stem_saved_values(kind: str, latent_positions: int, observed_positions: int, pixel_factor: int) -> float:
+    """Values a vision stem of `kind` saves for the backward pass for one sample of `latent_positions` latent
+    positions, `observed_positions` of them in clean frames (what "action_eye" reads), at a pixel tokenizer's
     spatial factor `pixel_factor` (wamkit.train.memory)."""
-    saved = STEM_CHANNELS * STEM_SAVED_TENSORS.get(kind, 0)
+    saved = latent_positions * STEM_CHANNELS * STEM_SAVED_TENSORS.get(kind, 0)
     if kind == "action_eye":
-        saved += EYE_SAVED_VALUES_PER_PIXEL * pixel_factor**2
+        saved += observed_positions * EYE_SAVED_VALUES_PER_PIXEL * pixel_factor**2
     return saved
 
 

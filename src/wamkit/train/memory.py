@@ -114,20 +114,25 @@ class Knobs:
     optimizer_bytes: float = OPTIMIZER_STATE_BYTES["adamw"]  # per trainable parameter (optimizer.kind)
     compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
     latent_values_per_sample: int = 0  # token_counts' "latent_values": what the tokenizer and frame put in a sample
-    stem_values_per_sample: int = 0  # what a vision stem saves per sample: latent positions x channels x saved tensors
+    stem_values_per_sample: int = 0  # what a vision stem saves per sample (wamkit.model.vision_stem.stem_saved_values)
 
     @classmethod
-    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0) -> "Knobs":
-        from wamkit.model.vision_stem import stem_saved_values_per_position
+    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0,
+                    observed_positions_per_sample: int | None = None) -> "Knobs":
+        """`observed_positions_per_sample`: the latent positions of a sample's clean frames (token_counts'
+        "observed_positions"; default all of them)."""
+        from wamkit.model.vision_stem import stem_saved_values
         from wamkit.train.parallel import DTYPES
+
+        observed = latent_positions_per_sample if observed_positions_per_sample is None else observed_positions_per_sample
 
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
                    OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample),
-                   round(int(latent_positions_per_sample)
-                         * stem_saved_values_per_position(cfg.model.vision_stem, cfg.model.pixel_spatial_factor)))
+                   round(stem_saved_values(cfg.model.vision_stem, int(latent_positions_per_sample), int(observed),
+                                           cfg.model.pixel_spatial_factor)))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -222,7 +227,14 @@ def token_counts(cfg, model_config, canvas_hw: tuple[int, int], text_tokens: int
     latent_values = latent_positions * latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor)
     return {"text": text_tokens, "frames": frames, "per_frame": per_frame, "vision": frames * per_frame, "actions": actions,
             "total": text_tokens + frames * per_frame + actions, "latent_values": latent_values,
-            "latent_positions": latent_positions}
+            "latent_positions": latent_positions, "observed_positions": clean_frames(cfg, frames) * per_frame * patch**2}
+
+
+def clean_frames(cfg, frames: int) -> int:
+    """A sample's clean latent frames at most (wamkit.diffusion.objective): all of them where inverse dynamics may be
+    drawn (model.mode) or causal chunks keep every chunk but one clean, else the observed first frame."""
+    inverse = cfg.model.mode == "inverse_dynamics" or (cfg.model.mode == "mixed" and cfg.model.mode_weights.inverse_dynamics > 0)
+    return frames if inverse or cfg.diffusion.causal_chunk_frames > 0 else 1
 
 
 def format_estimate(est: dict[str, float]) -> str:
@@ -348,7 +360,7 @@ def distill_total(counts: ModelCounts, cfg, world: int, sample: dict[str, int], 
     """A distillation run's estimate on `world` GPUs (distill_estimate) for a sample of `sample`'s
     token_counts, with the chunks its student turn keeps from the run's clip and chunking: what
     `--dry-run` prints and `wamkit distill` gates on."""
-    knobs = Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"])
+    knobs = Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"], sample["observed_positions"])
     return distill_estimate(counts, knobs, sample["total"], vae_params, method, distill_chunks(cfg))
 
 
