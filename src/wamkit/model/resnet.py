@@ -54,9 +54,5 @@ class ResNet18(torch.nn.Module):
             inputs = width
         self.stages = torch.nn.Sequential(*stages)
 
-    @property
-    def out_channels(self) -> int:
-        return WIDTHS[-1]
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.stages(self.stem(x))

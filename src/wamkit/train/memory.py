@@ -43,9 +43,9 @@ NANO_LAYERS = 36
 OUTSIDE_LAYER_BYTES = 57.0
 LATENT_VALUE_BYTES = 30.0
 # A vision stem (wamkit.model.vision_stem) saves STEM_SAVED_TENSORS[kind] tensors of STEM_CHANNELS values per latent
-# position for the backward pass, in the compute dtype (and "action_eye" its ResNet-18's activations too:
-# stem_saved_values_per_position): "conv" at MT10's shape (batch 256, 5 latent frames of 16x16) 0.23 GiB, the
-# 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
+# position for the backward pass, in the compute dtype (and "action_eye" its ResNet-18's activations of the clean
+# frames too: wamkit.model.vision_stem.stem_saved_values): "conv" at MT10's shape (batch 256, 5 latent frames of
+# 16x16) 0.23 GiB, the 0.2 GiB its peak rose by beside the plain recipe (twentieth session).
 _OUTSIDE_SHARE = OUTSIDE_LAYER_BYTES / NANO_LAYERS
 ACTIVATION_BYTES = {
     ("none", "full"): 31.6 - _OUTSIDE_SHARE, ("selective", "full"): 17.1 - _OUTSIDE_SHARE, ("full", "full"): 4.0,
@@ -125,7 +125,6 @@ class Knobs:
         from wamkit.train.parallel import DTYPES
 
         observed = latent_positions_per_sample if observed_positions_per_sample is None else observed_positions_per_sample
-
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
