@@ -303,7 +303,7 @@ def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(reci
     cfg = load_experiment(root / "recipes" / f"{recipe}.toml", overrides)
     model = build_model(cfg, latent_channels_for(cfg.model.tokenizer, cfg.model.pixel_spatial_factor), meta=True)
     sample = memory.token_counts(cfg, model.config, canvas, text)
-    knobs = memory.Knobs.from_config(cfg, 1, sample["latent_values"], sample["latent_positions"], sample["observed_positions"])
+    knobs = memory.Knobs.from_config(cfg, 1, sample)
     est = memory.estimate(memory.model_counts(model, cfg.lora.enabled), knobs, sample["total"])
     over = 1.10 if cfg.diffusion.future_video_stride > 1 else 1.06
     assert 0.94 * peak <= est["total"] / GIB <= over * peak
@@ -330,15 +330,15 @@ def test_the_action_eye_adds_its_resnets_saved_activations_for_the_clean_frames(
     EYE_SAVED_VALUES_PER_PIXEL saved values per latent position of those frames, on top of the residual stem's (a
     policy sample's observed frame; every frame where inverse dynamics keeps them all clean)."""
     from pathlib import Path
+    from types import SimpleNamespace
 
     from wamkit.model.vision_stem import EYE_SAVED_VALUES_PER_PIXEL
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "metaworld_mt10.toml"
     configs = {kind: load_experiment(recipe, [f'model.vision_stem="{kind}"', *mode]) for kind in ("resnet", "action_eye")}
-    samples = {kind: memory.token_counts(cfg, type("C", (), {"latent_patch_size": 2})(), (64, 64), 46)
-               for kind, cfg in configs.items()}
-    stems = {kind: memory.Knobs.from_config(configs[kind], 1, 0, samples[kind]["latent_positions"],
-                                            samples[kind]["observed_positions"]).stem_values_per_sample for kind in configs}
+    model_config = SimpleNamespace(latent_patch_size=2)  # all token_counts reads of the transformer's config
+    samples = {kind: memory.token_counts(cfg, model_config, (64, 64), 46) for kind, cfg in configs.items()}
+    stems = {kind: memory.Knobs.from_config(configs[kind], 1, samples[kind]).stem_values_per_sample for kind in configs}
     sample = samples["action_eye"]
     observed_frames = sample["frames"] if every_frame else 1
     assert sample["observed_positions"] == observed_frames * sample["latent_positions"] // sample["frames"]

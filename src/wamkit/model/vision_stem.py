@@ -152,6 +152,11 @@ class ResNetStemCosmos3(ConvStemCosmos3):
     stem_residual_blocks = RESIDUAL_BLOCKS
 
 
+def clean_frame_mask(noisy: torch.Tensor, frames: int) -> torch.Tensor:
+    """bool [frames]: True where a vision item's frame is clean (observed), given its noisy frames' indexes."""
+    return torch.ones(frames, dtype=torch.bool, device=noisy.device).index_fill(0, noisy, False)
+
+
 def observed_frame_of_rows(noisy: torch.Tensor, frames: int, rows: int) -> torch.Tensor:
     """long [rows]: for each action row of an item of `frames` frames, the last frame of its sample's observed
     (clean) run. A merged item holds its samples one after another, each with the same frame and row counts, so
@@ -159,7 +164,7 @@ def observed_frame_of_rows(noisy: torch.Tensor, frames: int, rows: int) -> torch
     its run, a noisy one back to the run before it. On the device, without a host sync (a captured CUDA graph
     may not sync)."""
     index = torch.arange(frames, device=noisy.device)
-    clean = torch.ones(frames, dtype=torch.bool, device=noisy.device).index_fill(0, noisy, False)
+    clean = clean_frame_mask(noisy, frames)
     run_end = clean & ~torch.cat([clean[1:], clean.new_zeros(1)])
     last_before = torch.where(run_end, index, 0).cummax(0).values
     next_after = torch.where(run_end, index, frames - 1).flip(0).cummin(0).values.flip(0)
@@ -237,23 +242,21 @@ class ActionEyeStemCosmos3(ActionReadoutStemCosmos3):
     __init__.__signature__ = inspect.signature(Cosmos3OmniTransformer.__init__)
 
     def _patchify_and_pack_latents(self, tokens_vision: list[torch.Tensor]):
-        noisy = self._forward_kwargs.get("vision_noisy_frame_indexes") or [None] * len(tokens_vision)
+        noisy = self._forward_kwargs["vision_noisy_frame_indexes"]
         self._readouts = [self._read_observed_frames(latent.squeeze(0), frames_noisy)
                           for latent, frames_noisy in zip(tokens_vision, noisy)]
         return super()._patchify_and_pack_latents(tokens_vision)
 
-    def _read_observed_frames(self, latent: torch.Tensor, noisy: torch.Tensor | None) -> torch.Tensor:
+    def _read_observed_frames(self, latent: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:
         """Every frame's read-out [T, readout_features], the eye run on the clean frames alone. Their count (T less
         the noisy frames') is a shape, so choosing them needs no host sync and a captured CUDA graph keeps it; a
         noisy frame gets the read-out of the clean frame before it, which is what its sample's rows read anyway."""
         frames = latent.shape[1]
-        observed = frames - (0 if noisy is None else noisy.numel())
+        observed = frames - noisy.numel()
         dtype = self.action_readout_out.weight.dtype
         if observed == 0:
             return latent.new_zeros(frames, self.readout_features, dtype=dtype)
-        clean = torch.ones(frames, dtype=torch.bool, device=latent.device)
-        if noisy is not None:
-            clean = clean.index_fill(0, noisy, False)
+        clean = clean_frame_mask(noisy, frames)
         chosen = torch.argsort((~clean).int(), stable=True)[:observed]  # the clean frames, in order
         features = self.action_eye(latest_frame_pixels(latent.index_select(1, chosen), self.pixel_factor).to(dtype))
         return features[(clean.long().cumsum(0) - 1).clamp(min=0)]

@@ -100,8 +100,7 @@ def memory_lines(cfg, model, sample: dict[str, int], dcfg=None) -> list[str]:
         return lines + distill_memory_lines(cfg, model, sample, dcfg, vae, usable)
     plans = {}  # world size -> (knobs with "auto" resolved, estimate)
     for world in (1, 2, 8):
-        knobs = memory.Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"],
-                                         sample["observed_positions"])
+        knobs = memory.Knobs.from_config(cfg, world, sample)
         knobs = memory.resolve_checkpointing(counts, knobs, tokens_per_sample, vae, usable)
         est = memory.estimate(counts, knobs, tokens_per_sample, vae)
         plans[world] = knobs, est

@@ -117,21 +117,20 @@ class Knobs:
     stem_values_per_sample: int = 0  # what a vision stem saves per sample (wamkit.model.vision_stem.stem_saved_values)
 
     @classmethod
-    def from_config(cls, cfg, world: int, latent_values_per_sample: int = 0, latent_positions_per_sample: int = 0,
-                    observed_positions_per_sample: int | None = None) -> "Knobs":
-        """`observed_positions_per_sample`: the latent positions of a sample's clean frames (token_counts'
-        "observed_positions"; default all of them)."""
+    def from_config(cls, cfg, world: int, sample: dict[str, int] | None = None) -> "Knobs":
+        """`sample`: token_counts' dict of one training sample (its latent values and positions, and the positions of
+        its clean frames); without it the latents and the stem count nothing."""
         from wamkit.model.vision_stem import stem_saved_values
         from wamkit.train.parallel import DTYPES
 
-        observed = latent_positions_per_sample if observed_positions_per_sample is None else observed_positions_per_sample
+        sample = sample or {"latent_values": 0, "latent_positions": 0, "observed_positions": 0}
         p = cfg.parallel
         replicate = p.data_parallel_replicate_degree if world % max(p.data_parallel_replicate_degree, 1) == 0 else 1
         return cls(world, replicate, DTYPES[p.param_dtype].itemsize, bool(getattr(p, "replicate_frozen", False)),
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
-                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(latent_values_per_sample),
-                   round(stem_saved_values(cfg.model.vision_stem, int(latent_positions_per_sample), int(observed),
-                                           cfg.model.pixel_spatial_factor)))
+                   OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(sample["latent_values"]),
+                   round(stem_saved_values(cfg.model.vision_stem, int(sample["latent_positions"]),
+                                           int(sample["observed_positions"]), cfg.model.pixel_spatial_factor)))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -359,7 +358,7 @@ def distill_total(counts: ModelCounts, cfg, world: int, sample: dict[str, int], 
     """A distillation run's estimate on `world` GPUs (distill_estimate) for a sample of `sample`'s
     token_counts, with the chunks its student turn keeps from the run's clip and chunking: what
     `--dry-run` prints and `wamkit distill` gates on."""
-    knobs = Knobs.from_config(cfg, world, sample["latent_values"], sample["latent_positions"], sample["observed_positions"])
+    knobs = Knobs.from_config(cfg, world, sample)
     return distill_estimate(counts, knobs, sample["total"], vae_params, method, distill_chunks(cfg))
 
 

@@ -196,8 +196,7 @@ class Trainer:
             return None
         cfg, tokens = self.cfg, sample["total"]
         counts, vae = memory.model_counts(self.model, cfg.lora.enabled), memory.vae_parameter_count(cfg)
-        knobs = memory.Knobs.from_config(cfg, self.ctx.world_size, sample["latent_values"], sample["latent_positions"],
-                                         sample["observed_positions"])
+        knobs = memory.Knobs.from_config(cfg, self.ctx.world_size, sample)
         knobs = memory.resolve_checkpointing(counts, knobs, tokens, vae, usable)
         plan = {"counts": counts, "knobs": knobs, "tokens": tokens, "vae": vae, "usable": usable,
                 "lora_counts": memory.lora_counts_for(self.model, cfg) if self.materialize else None}
