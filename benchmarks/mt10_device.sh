@@ -345,7 +345,7 @@ phase2() {
     judge_args=(--judge-world-model "$wm" --judge-max-steps "$JUDGE_STEPS" --judge-num-steps 1 --judge-state "${JUDGE_STATE_LIST[@]}")
     stamp "PHASE=1's world model ($wm) is here: it judges ACT and DP too"
   else
-    stamp "no PHASE=1 world model on this machine (a fresh start): ACT and DP are not judged"
+    stamp "no PHASE=1 world model under $RUNS (a fresh machine, or a PHASE=sweep/trio since, which clears it): ACT and DP are not judged"
   fi
   stamp "train ACT and Diffusion Policy side by side (${TRAIN_S} s each), then evaluate each at $EPISODES/task"
   launch_baselines $(( W / 2 > 0 ? W / 2 : 1 )) "${judge_args[@]}"
@@ -489,7 +489,7 @@ phaseeval() {  # PHASE=1's policy (or EVAL_RUN, e.g. a sweep's variant), still o
   # EVAL_VARIANTS="name:eval-sim flags;..." (default below): denoising steps and the executed horizon, which training
   # does not fix. Run it right after PHASE=1 (or PHASE=2); on a fresh machine it says so and stops.
   local ckpt; ckpt=$(ls -d "$RUNS/${EVAL_RUN:-policy}"/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
-  [ -n "$ckpt" ] || { stamp "no run ${EVAL_RUN:-policy} on this machine (a fresh start): nothing to evaluate"; return 1; }
+  [ -n "$ckpt" ] || { stamp "no run ${EVAL_RUN:-policy} under $RUNS (a fresh machine, or a PHASE=sweep/trio since, which clears it): nothing to evaluate"; return 1; }
   local variants=${EVAL_VARIANTS:-"n5:--num-steps 5;n20:--num-steps 20;h4:--horizon 4;t0:--noise-scale 0"} names=() spec name args
   IFS=';' read -r -a specs <<< "$variants"
   local share=$(( W / ${#specs[@]} > 0 ? W / ${#specs[@]} : 1 ))
