@@ -2,11 +2,13 @@
 
     python benchmarks/mt10_report.py PHASE1_DIR PHASE2_DIR [--out benchmarks/mt10]
 
-Each DIR holds the phase's mt10_phase<N>.tgz (a call's files_at) or its unpacked tree. Writes
+Each DIR holds the phase's mt10_phase<N>.tgz and logs_phase<N>.tgz (a call's files_at, left as it is) or their
+unpacked tree. Writes
 <out>/table.md (per task and average: successes/episodes, rate, 95% Wilson interval, for wamkit, ACT and
 DP), <out>/success_vs_step.png (wamkit's checkpoints with intervals, ACT and DP as lines) and
 <out>/summary.json, then prints the RESULTS lines, every number read from the results files (and, where the
-evaluations kept it, each method's best shaped reward averaged over tasks: graded where success is not):
+evaluations kept it, each method's best shaped reward averaged over tasks: graded where success is not; and each
+method's training peak GPU memory, wamkit's beside its --dry-run estimate):
 
     mt10_wamkit=<x> mt10_act=<y> mt10_dp=<z>
     wm_rank_spearman=<r> n=<k> p=<p>
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,14 +40,17 @@ METHODS = {"wamkit": "wamkit (Cosmos3 medium, x0 action head)", "act": "LeRobot 
 
 
 def unpacked(directory: Path) -> Path:
-    """The phase's tree: its tgz extracted next to it (once), or the directory itself."""
-    for tgz in sorted(directory.glob("mt10_phase*.tgz")):
-        dest = directory / "unpacked"
-        if not dest.is_dir():
-            with tarfile.open(tgz) as tar:
-                tar.extractall(dest, filter="data")
-        return dest
-    return directory
+    """The phase's tree: its results and logs archives (mt10_phase*.tgz, logs_phase*.tgz) extracted together into a
+    temporary folder (the device tool's files_at is meant to stay as it came back); the directory itself where it holds
+    no archive."""
+    archives = sorted(directory.glob("mt10_phase*.tgz")) + sorted(directory.glob("logs_phase*.tgz"))
+    if not archives:
+        return directory
+    dest = Path(tempfile.mkdtemp(prefix=f"mt10_report_{directory.name}_"))
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    return dest
 
 
 def suite_counts(results: dict) -> dict[str, tuple[int, int]]:
@@ -68,6 +75,33 @@ def suite_rewards(results: dict) -> dict[str, float | None]:
 
 def policy_quality_rewards(results: dict) -> dict[str, float | None]:
     return dict(results["rows"][0]["extra"].get("per_task_best_reward", {}))
+
+
+MEMORY_LINE = re.compile(r"memory: peak ([0-9.]+) GiB allocated in the first step against the estimate's ([0-9.]+) GiB")
+
+
+def training_peaks(one: Path, two: Path) -> dict[str, dict]:
+    """{method: {"peak_gib", "estimate_gib"}}: wamkit's policy from its trainer's log line (against its --dry-run
+    estimate), ACT's and DP's from policy_quality.py's rows (no estimate: not our model). Methods without one are left
+    out (a CPU run, or logs from before the rows carried it)."""
+    peaks = {}
+    log = one / "train_policy.log"
+    found = MEMORY_LINE.search(log.read_text(errors="replace")) if log.is_file() else None
+    if found:
+        peaks["wamkit"] = {"peak_gib": float(found[1]), "estimate_gib": float(found[2])}
+    for method, name in (("act", "act"), ("dp", "diffusion")):
+        path = two / f"eval/{name}/results.json"
+        rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+        peak = next((r.get("peak_memory_gib") for r in rows if r["status"] == "ok"), None)
+        if peak is not None:
+            peaks[method] = {"peak_gib": float(peak), "estimate_gib": None}
+    return peaks
+
+
+def peaks_text(peaks: dict[str, dict]) -> str:
+    return "training peak GPU memory: " + ", ".join(
+        f"{m} {p['peak_gib']:.1f} GiB" + (f" (--dry-run {p['estimate_gib']:.1f})" if p["estimate_gib"] else "")
+        for m, p in peaks.items())
 
 
 def reward_average(rewards: dict[str, float | None], envs: list[str]) -> float | None:
@@ -213,13 +247,14 @@ def main(argv=None) -> int:
     checkpoints_only = judge_summary(one / "eval/judge/report.json")
     merged = judge_summary(two / "eval" / args.judge / "report.json")
     judge = merged or checkpoints_only
+    peaks = training_peaks(one, two)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table(per_method, averages))
     if points:
         plot(points, averages, args.out / "success_vs_step.png")
     (args.out / "summary.json").write_text(json.dumps({"per_task": per_method, "average": averages, "curve": points,
                                                        "judge": judge, "judge_checkpoints_only": checkpoints_only,
-                                                       "notes": notes}, indent=2))
+                                                       "training_peak_memory": peaks, "notes": notes}, indent=2))
     print(table(per_method, averages))
     for note in notes:
         print(f"note: {note}")
@@ -227,6 +262,8 @@ def main(argv=None) -> int:
     graded = {m: a["best_reward"] for m, a in averages.items() if a["best_reward"] is not None}
     if graded:
         print("best shaped reward, mean over tasks (0-10): " + ", ".join(f"{m} {r:.2f}" for m, r in graded.items()))
+    if peaks:
+        print(peaks_text(peaks))
     if judge is None:
         print("wm_rank_spearman: no judge report in phase 1")
     else:

@@ -80,6 +80,7 @@ class Row:
     ci95: list[float] | None = None
     mean_episode_length: float | None = None
     eval_wall_s: float | None = None
+    peak_memory_gib: float | None = None  # GPU memory allocated at most while training (None off CUDA)
     final_loss: float | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -244,6 +245,22 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def reset_peak_memory(device: str) -> None:
+    """Start counting a method's training peak afresh (each method's row reports its own)."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_gib(device: str) -> float | None:
+    """GPU memory allocated at most since reset_peak_memory, in GiB; None off CUDA. Every GPU row of ours reports
+    its peak memory, the baselines' as well as wamkit's (whose trainer also prints it against its --dry-run)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2**30 if str(device).startswith("cuda") else None
+
+
 def train_wamkit(args, cfg, row: Row):
     import torch
 
@@ -254,11 +271,13 @@ def train_wamkit(args, cfg, row: Row):
     run_dir = cfg.job.run_dir()
     if run_dir.exists():  # a fresh run every time: the Trainer would otherwise resume it
         shutil.rmtree(run_dir)
+    reset_peak_memory(args.device)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, device=args.device)
     summary = trainer.train()
     sync(args.device)
     row.train_wall_s = time.perf_counter() - t0
+    row.peak_memory_gib = peak_memory_gib(args.device)
     counts = trainer.parameter_counts
     row.params_total, row.params_trainable = int(counts["total"]), int(counts["trainable"])
     row.steps, row.batch_size = cfg.trainer.max_iter, cfg.trainer.samples_per_step
@@ -368,6 +387,7 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
     data_s = time.perf_counter() - t_data
 
     steps = args.samples // args.batch_size
+    reset_peak_memory(args.device)
     t0 = time.perf_counter()
     config, policy, pre, post = lerobot_policy(method, samples, stats, chunk, args)
     optim_cfg = config.get_optimizer_preset()
@@ -403,6 +423,7 @@ def train_lerobot(method: str, args, windows, dataset, chunk: int, seed: int, ro
                   flush=True)
     sync(args.device)
     row.train_wall_s = time.perf_counter() - t0
+    row.peak_memory_gib = peak_memory_gib(args.device)
     row.params_total, row.params_trainable = count_params(policy)
     row.steps, row.batch_size, row.samples_seen = steps, args.batch_size, steps * args.batch_size
     row.final_loss = float(np.mean(losses[-max(1, min(50, steps // 4)):]))
@@ -471,15 +492,16 @@ def _fmt_int(n: int | None) -> str:
 
 
 def markdown(rows: list[Row], header: str) -> str:
-    lines = [header, "", "| method | samples seen | train wall time | params (trainable) | success (95% CI) | mean episode length |",
-             "| --- | ---: | ---: | ---: | --- | ---: |"]
+    lines = [header, "", "| method | samples seen | train wall time | params (trainable) | success (95% CI) | mean episode length "
+             "| training peak GPU memory |", "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in rows:
         if r.status != "ok":
-            lines.append(f"| {LABELS[r.method]} | {r.samples_seen or '—'} | — | — | {r.status} | — |")
+            lines.append(f"| {LABELS[r.method]} | {r.samples_seen or '—'} | — | — | {r.status} | — | — |")
             continue
         params = f"{_fmt_int(r.params_total)} ({_fmt_int(r.params_trainable)})"
+        peak = "— (CPU)" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f} GiB"
         lines.append(f"| {LABELS[r.method]} | {r.samples_seen} | {r.train_wall_s:.1f} s | {params} | {r.successes}/{r.episodes} = "
-                     f"{r.success_rate:.2f} ({r.ci95[0]:.2f}–{r.ci95[1]:.2f}) | {r.mean_episode_length:.1f} |")
+                     f"{r.success_rate:.2f} ({r.ci95[0]:.2f}–{r.ci95[1]:.2f}) | {r.mean_episode_length:.1f} | {peak} |")
     lines.append("")
     lines += [f"- {LABELS[r.method]}: {r.note or r.status}" for r in rows]
     return "\n".join(lines) + "\n"

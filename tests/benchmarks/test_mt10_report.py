@@ -133,3 +133,30 @@ def test_time_box_times_the_rate_after_the_warm_up(monkeypatch):
     assert steps == pq.PROBE_STEPS + int((240.0 - t_probe) / 0.047)
     assert abs(t_probe + (steps - pq.PROBE_STEPS) * 0.047 - 240.0) < 0.05  # the box is filled
     assert pq.time_box_steps(t_warm, 250.0, pq.PROBE_STEPS, 240.0) == pq.PROBE_STEPS  # over already: stop
+
+
+def test_training_peaks_come_from_the_logs_archive_and_the_baselines_rows(tmp_path, monkeypatch, capsys):
+    """wamkit's peak (beside its --dry-run estimate) is read from PHASE=1's logs archive, ACT's and DP's from their
+    rows; the archives are extracted elsewhere, the folder the device tool filled stays as it came back."""
+    import tarfile
+
+    report = load_benchmark_script(monkeypatch, "mt10_report")
+    staged, one, two = tmp_path / "staged", tmp_path / "one", tmp_path / "two"
+    _write(staged / "eval/final/results.json", _suite([(9, 10), (6, 10)]))
+    (staged / "train_policy.log").write_text("[wamkit] memory: peak 10.8 GiB allocated in the first step against the "
+                                             "estimate's 11.7 GiB (+9%); 0.3 GiB while building and loading\n")
+    one.mkdir()
+    with tarfile.open(one / "mt10_phase1.tgz", "w:gz") as tar:
+        tar.add(staged / "eval", arcname="eval")
+    with tarfile.open(one / "logs_phase1.tgz", "w:gz") as tar:
+        tar.add(staged / "train_policy.log", arcname="train_policy.log")
+    for method, peak in (("act", 3.25), ("diffusion", None)):  # DP's row predates the field: it is left out
+        extra = {"per_task": dict(zip(ENVS, [(5, 10), (2, 10)]))}
+        _write(two / f"eval/{method}/results.json", {"rows": [{"status": "ok", "extra": extra, "peak_memory_gib": peak}]})
+    assert report.main([str(one), str(two), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "mt10_wamkit=0.750" in out and sorted(p.name for p in one.iterdir()) == ["logs_phase1.tgz", "mt10_phase1.tgz"]
+    assert "training peak GPU memory: wamkit 10.8 GiB (--dry-run 11.7), act 3.2 GiB\n" in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["training_peak_memory"] == {"wamkit": {"peak_gib": 10.8, "estimate_gib": 11.7},
+                                               "act": {"peak_gib": 3.25, "estimate_gib": None}}

@@ -25,7 +25,8 @@ def test_wamkit_only_run_records_data_trains_evaluates_and_writes_table(tmp_path
          "--max-steps", "8", "--record-episodes", "3", "--out", str(out), "--videos", "0"],
         capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    header = "| method | samples seen | train wall time | params (trainable) | success (95% CI) | mean episode length |"
+    header = ("| method | samples seen | train wall time | params (trainable) | success (95% CI) | mean episode length "
+              "| training peak GPU memory |")
     assert header in proc.stdout
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| wamkit tiny Cosmos3 |")]
     assert len(rows) == 1 and rows[0].split("|")[2].strip() == "16", rows
@@ -39,6 +40,7 @@ def test_wamkit_only_run_records_data_trains_evaluates_and_writes_table(tmp_path
     (row,) = result["rows"]
     assert row["method"] == "wamkit" and row["status"] == "ok"
     assert row["samples_seen"] == 16 and row["steps"] == 2 and row["batch_size"] == 8
+    assert row["peak_memory_gib"] is None and rows[0].rstrip().endswith("| — (CPU) |")  # a GPU row gives its peak in GiB
     assert 0 < row["params_trainable"] <= row["params_total"] and row["train_wall_s"] > 0
     assert row["episodes"] == 2 and 0 <= row["successes"] <= 2
     assert 0 <= row["ci95"][0] <= row["success_rate"] <= row["ci95"][1] <= 1
@@ -57,8 +59,16 @@ def test_lerobot_rows_say_why_they_did_not_run(monkeypatch):
     assert all(r and r.startswith("lerobot not importable (") for r in reasons.values()), reasons
     rows = [pq.Row("act", status=f"not run: {reasons['act']}"), pq.Row("diffusion", status=f"not run: {reasons['diffusion']}")]
     table = pq.markdown(rows, "header")
-    assert f"| LeRobot ACT | — | — | — | not run: {reasons['act']} | — |" in table
+    assert f"| LeRobot ACT | — | — | — | not run: {reasons['act']} | — | — |" in table
     assert "| LeRobot Diffusion Policy |" in table
+
+
+def test_a_gpu_row_reports_its_training_peak_memory(monkeypatch):
+    pq = load_benchmark_script(monkeypatch, "policy_quality")
+    row = pq.Row("act", status="ok", samples_seen=256, train_wall_s=1.0, params_total=10, params_trainable=10, successes=1,
+                 episodes=2, success_rate=0.5, ci95=[0.1, 0.9], mean_episode_length=100.0, peak_memory_gib=3.25)
+    assert pq.markdown([row], "header").splitlines()[4].endswith("| 100.0 | 3.2 GiB |")
+    assert pq.peak_memory_gib("cpu") is None
 
 
 class _StandInPolicy(torch.nn.Module):
