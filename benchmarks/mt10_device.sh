@@ -43,6 +43,9 @@
 # side by side for TRAIN_S each and evaluates each at EPISODES/task and in the held-out expert states (eval open-loop,
 # per action axis): which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
+# The gripper camera at half the tokens (forty-first session's plan: the eye reads both views' pixels exactly at any
+# pixel_spatial_factor, the trunk sees 4x8 tokens a latent frame instead of 8x16; 149 tokens a sample against 245):
+#   VARIANTS='eye:--set trainer.val_every=200;wrist8@corner@2x,gripperPOV:--set trainer.val_every=200 --set model.pixel_spatial_factor=8;g8:--set trainer.val_every=200 --set model.pixel_spatial_factor=8'
 # The finer grid (g16, POLICY_EXTRA="--set model.pixel_spatial_factor=2") does not fit PHASE=1's 600 s with its curve
 # and judge (its closed loop is slower and --num-steps 5 did not speed it: eighteenth session, cut in the final loop
 # twice). Its 50-a-task number alone, the policy alone on the GPU (0.42 after 650 steps, as the recipe; RESULTS.md):
