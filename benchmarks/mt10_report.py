@@ -77,6 +77,7 @@ def policy_quality_rewards(results: dict) -> dict[str, float | None]:
     return dict(results["rows"][0]["extra"].get("per_task_best_reward", {}))
 
 
+# wamkit.train.memory.measured_line's words, as the trainer logs them after its first step
 MEMORY_LINE = re.compile(r"memory: peak ([0-9.]+) GiB allocated in the first step against the estimate's ([0-9.]+) GiB")
 
 

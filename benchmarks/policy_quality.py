@@ -246,11 +246,13 @@ def sync(device: str) -> None:
 
 
 def reset_peak_memory(device: str) -> None:
-    """Start counting a method's training peak afresh (each method's row reports its own)."""
+    """Start counting a method's training peak afresh (each method's row reports its own; the trainer's reset)."""
     import torch
 
+    from wamkit.train import memory
+
     if str(device).startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
+        memory.reset_peak(torch.device(device))
 
 
 def peak_memory_gib(device: str) -> float | None:
@@ -258,7 +260,9 @@ def peak_memory_gib(device: str) -> float | None:
     its peak memory, the baselines' as well as wamkit's (whose trainer also prints it against its --dry-run)."""
     import torch
 
-    return torch.cuda.max_memory_allocated(device) / 2**30 if str(device).startswith("cuda") else None
+    from wamkit.train import memory
+
+    return torch.cuda.max_memory_allocated(device) / memory.GIB if str(device).startswith("cuda") else None
 
 
 def train_wamkit(args, cfg, row: Row):
