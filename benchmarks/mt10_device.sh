@@ -33,6 +33,13 @@
 #                                                                             JUDGE_STATES' second mode (~110 s more)
 #                              TRAIN_S=310: 532 s (thirty-sixth, H100)         TRAIN_S=310 with both judge modes: past
 #                                                                             600 s (thirty-sixth); one mode is the default since
+#                              553 s (forty-first, H100, one view)             418 s (forty-first, H100, one view)
+# Two views (CAMERA's default since the forty-second session), measured there on one H100: the recording 59 s against
+# 43 s, a closed loop of 200 episodes 92 s against 90 s (5 workers). Not measured: the world model's rollouts in the
+# judge on the two-view canvas (428 tokens a sample against 236), which run beside the final closed loop; PHASE=1 is
+# estimated at 580-620 s. The final closed loop packs its results the moment it ends, so a call cut in the judge
+# still returns the headline number; if it is cut, FRACTIONS=0.04,0.1,0.2,0.4,0.6,1.0 (six checkpoints; with ACT and DP
+# the judge still ranks eight policies) takes ~30 s off the curve and the judge.
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
