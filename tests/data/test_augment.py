@@ -1,12 +1,14 @@
 """data.random_shift_px: each training clip moved by its own offset (edges repeated), the same for all its
-frames, drawn from the sample's generator; nothing drawn and nothing moved at 0; refused with a latent cache."""
+frames, drawn from the sample's generator; nothing drawn and nothing moved at 0; refused with a latent cache;
+named when several cameras share the canvas (their seams are crossed)."""
 
 import pytest
 import torch
 
+from tests.helpers import DEMO_RECIPE
 from wamkit.config import load_experiment
 from wamkit.config.schema import DiffusionConfig
-from wamkit.data.augment import draw_shifts, shift_clips
+from wamkit.data.augment import draw_shifts, seam_note, shift_clips
 from wamkit.data.sample import TrainingSample
 from wamkit.diffusion.objective import ModeObjective
 from wamkit.errors import ConfigError
@@ -92,3 +94,18 @@ def test_config_errors():
     with pytest.raises(ConfigError, match="latent_cache"):
         load_experiment(None, base + ["data.random_shift_px=4", 'data.latent_cache="/tmp/cache"'])
     assert load_experiment(None, base + ["data.random_shift_px=4"]).data.random_shift_px == 4
+
+
+def test_a_shift_of_several_cameras_says_that_views_cross_their_seams(tmp_path, capsys):
+    """The canvas is shifted as one image: with two cameras side by side, pixels of one cross into the
+    other, which opening the run's data says; one camera, or no shift, says nothing."""
+    from wamkit.sim.record import record
+    from wamkit.train.datasets import build_run_data
+
+    assert seam_note(4, 1) is None and seam_note(0, 3) is None
+    record("metaworld/reach-v3", 1, tmp_path / "two", resolution=32, camera="corner,topview")
+    for px, said in ((2, True), (0, False)):
+        build_run_data(load_experiment(DEMO_RECIPE, [f'data.path="{tmp_path / "two"}"', "data.generate_demo=false",
+                                                                  f"data.random_shift_px={px}", "data.val_fraction=0.0"]))
+        out = capsys.readouterr().out
+        assert ("random_shift_px = 2 shifts the canvas of 2 cameras" in out) == said, out

@@ -17,6 +17,16 @@ from __future__ import annotations
 import torch
 
 
+def seam_note(max_px: int, num_views: int) -> str | None:
+    """What a shift of the composed canvas does to several cameras: at each seam up to `max_px` pixels of
+    one view move into its neighbour (the clip is shifted as one image, not view by view). None when
+    nothing crosses a seam."""
+    if max_px <= 0 or num_views <= 1:
+        return None
+    return (f"data.random_shift_px = {max_px} shifts the canvas of {num_views} cameras as one image: at each seam up "
+            f"to {max_px} px of one view move into its neighbour (views are not shifted one by one)")
+
+
 def draw_shifts(max_px: int, generators: list[torch.Generator]) -> torch.Tensor:
     """[B, 2] long offsets (dy, dx), each uniform in [-max_px, max_px], one pair from each sample's generator."""
     return torch.stack([torch.randint(-max_px, max_px + 1, (2,), generator=g) for g in generators])

@@ -9,6 +9,7 @@ import os
 from wamkit.config.env import resolved
 from wamkit.data import (LeRobotV3Dataset, Normalizer, SampleTransform, WindowDataset, check_constant_channels,
                          split_episodes, write_demo_dataset)
+from wamkit.data.augment import seam_note
 from wamkit.data.canvas import CanvasTransform
 from wamkit.data.episode_frames import cache_off_note
 from wamkit.data.multi import is_multi_root, open_lerobot
@@ -71,6 +72,9 @@ def build_run_data(cfg) -> RunData:
         state_norm = Normalizer.from_stats(dataset.stats, cfg.data.state_key, mode, source)
     check_constant_channels(dataset, [action_norm, state_norm])  # stats that call a varying channel constant
     canvas = CanvasTransform.from_config(cfg.data, cameras or dataset.camera_keys)
+    note = seam_note(cfg.data.random_shift_px, len(cameras or dataset.camera_keys))
+    if note:
+        print(f"[wamkit] note: {note}", flush=True)
     transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id,
                                 canvas=canvas, frame_indices=sample_frame_indices(
                                     cfg.data.chunk_length, cfg.diffusion.future_video_latents, cfg.diffusion.future_video_stride))
