@@ -106,6 +106,6 @@ def test_a_shift_of_several_cameras_says_that_views_cross_their_seams(tmp_path, 
     record("metaworld/reach-v3", 1, tmp_path / "two", resolution=32, camera="corner,topview")
     for px, said in ((2, True), (0, False)):
         build_run_data(load_experiment(DEMO_RECIPE, [f'data.path="{tmp_path / "two"}"', "data.generate_demo=false",
-                                                                  f"data.random_shift_px={px}", "data.val_fraction=0.0"]))
+                                                     f"data.random_shift_px={px}", "data.val_fraction=0.0"]))
         out = capsys.readouterr().out
         assert ("random_shift_px = 2 shifts the canvas of 2 cameras" in out) == said, out

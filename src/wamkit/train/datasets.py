@@ -71,8 +71,9 @@ def build_run_data(cfg) -> RunData:
         mode = cfg.data.state_normalization or cfg.data.normalization
         state_norm = Normalizer.from_stats(dataset.stats, cfg.data.state_key, mode, source)
     check_constant_channels(dataset, [action_norm, state_norm])  # stats that call a varying channel constant
-    canvas = CanvasTransform.from_config(cfg.data, cameras or dataset.camera_keys)
-    note = seam_note(cfg.data.random_shift_px, len(cameras or dataset.camera_keys))
+    camera_keys = cameras or dataset.camera_keys  # the cameras the canvas composes (every video feature when unset)
+    canvas = CanvasTransform.from_config(cfg.data, camera_keys)
+    note = seam_note(cfg.data.random_shift_px, len(camera_keys))
     if note:
         print(f"[wamkit] note: {note}", flush=True)
     transform = SampleTransform(action_norm, state_norm, cfg.model.max_action_dim, cfg.data.use_state, cfg.data.domain_id,
@@ -82,10 +83,10 @@ def build_run_data(cfg) -> RunData:
         "dataset": str(dataset.root),
         "fps": dataset.fps,
         "chunk_length": cfg.data.chunk_length,
-        "camera_keys": cameras or dataset.camera_keys,
-        "camera_sizes": [list(dataset.frame_size(c)) for c in cameras or dataset.camera_keys],  # [H, W] each (serve warm-up)
+        "camera_keys": camera_keys,
+        "camera_sizes": [list(dataset.frame_size(c)) for c in camera_keys],  # [H, W] each (serve warm-up)
         # the simulator camera(s) that rendered them (a `wamkit sim record` recording), which `eval sim` renders
-        "sim_camera": recorded_sim_camera(dataset.root, cameras or dataset.camera_keys),
+        "sim_camera": recorded_sim_camera(dataset.root, camera_keys),
         "action_key": cfg.data.action_key,
         "action_dim": dataset.feature_dim(cfg.data.action_key),
         "state_key": state_key,
