@@ -34,12 +34,17 @@
 #                              TRAIN_S=310: 532 s (thirty-sixth, H100)         TRAIN_S=310 with both judge modes: past
 #                                                                             600 s (thirty-sixth); one mode is the default since
 #                              553 s (forty-first, H100, one view)             418 s (forty-first, H100, one view)
-# Two views (CAMERA's default since the forty-second session), measured there on one H100: the recording 59 s against
-# 43 s, a closed loop of 200 episodes 92 s against 90 s (5 workers). Not measured: the world model's rollouts in the
-# judge on the two-view canvas (428 tokens a sample against 236), which run beside the final closed loop; PHASE=1 is
-# estimated at 580-620 s. The final closed loop packs its results the moment it ends, so a call cut in the judge
-# still returns the headline number; if it is cut, FRACTIONS=0.04,0.1,0.2,0.4,0.6,1.0 (six checkpoints; with ACT and DP
-# the judge still ranks eight policies) takes ~30 s off the curve and the judge.
+#                              past 600 s (forty-third, H100, two views, slow
+#                              host: training began at +112 s against +41)
+# The host matters as much as the card: the forty-third session's H100 host ran 2-3x slower than the forty-first's
+# (the two-view recording 83.5 s, the policy's first step 77 s after launch against 43, 350 curve episodes 159 s against
+# 96) and PHASE=1 hit the 600 s limit as its final closed loop began. RESUME=1 finishes such a call on the still-warm
+# machine: it keeps the recording, the runs and the reports, and every stage whose result exists is skipped (each
+# training run that ended, the curve, the final closed loop, the judge, the open loop); a stage cut midway runs again
+# from its start (a cut training run from scratch, its box in full). Its archive holds the first call's results too:
+#   run("WHEEL_DIRS=.whl_p1 RESUME=1 PHASE=1 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
+# On a fresh machine it is PHASE=1 from the start. The final closed loop packs its results the moment it ends, so a call
+# cut in the judge still returns the headline number.
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
@@ -51,10 +56,11 @@
 # per action axis): which knob to carry into PHASE=1:
 #   run("WHEEL_DIRS=.whl_p1 PHASE=sweep TRAIN_S=280 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"])
 # The gripper camera at half the tokens (the eye reads both views' pixels exactly at any pixel_spatial_factor; the
-# trunk sees 4x8 tokens a latent frame instead of 8x16, 149 tokens a sample against one view's 245 at factor 4): the
-# forty-second session's sweep scored it 0.54 against the one-view factor-4 recipe's 0.44 and factor 8 on one view's
-# 0.51 (RESULTS.md), and it is the recipe and CAMERA's default since. That sweep from today's defaults:
-#   VARIANTS='wrist8:--set trainer.val_every=200;eye@corner@2x:--set trainer.val_every=200 --set model.pixel_spatial_factor=4;g8@corner@2x:--set trainer.val_every=200'
+# trunk sees 4x8 tokens a latent frame instead of 8x8 of one view, 149 tokens a sample against 245): the forty-second
+# session's sweep scored it 0.54 against the recipe's 0.44 and factor 8 on one view's 0.51; the recipe for one session,
+# through PHASE=1 in the forty-third 0.618 after 751 steps (slow host), its curve no higher than one view's at that step
+# (RESULTS.md). That sweep from today's defaults:
+#   VARIANTS='eye:--set trainer.val_every=200;wrist8@corner@2x,gripperPOV:--set trainer.val_every=200 --set model.pixel_spatial_factor=8;g8:--set trainer.val_every=200 --set model.pixel_spatial_factor=8'
 # The finer grid (g16, POLICY_EXTRA="--set model.pixel_spatial_factor=2") does not fit PHASE=1's 600 s with its curve
 # and judge (its closed loop is slower and --num-steps 5 did not speed it: eighteenth session, cut in the final loop
 # twice). Its 50-a-task number alone, the policy alone on the GPU (0.42 after 650 steps, as the recipe; RESULTS.md):
@@ -152,26 +158,27 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # or all three methods at once on each recording (PHASE=trio, one layout; ~500 s a call), the second on the warm machine:
 #   run("CAMERA=corner@2x,gripperPOV WHEEL_DIRS=.whl_p2 PHASE=trio TRAIN_S=250 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p2", ".gl"])
 #   run("WHEEL_DIRS=.whl_p2 PHASE=trio TRAIN_S=250 EPISODES=20 bash benchmarks/mt10_device.sh", carry=[".whl_p2", ".gl"])
-# Default since the forty-second session: the corner@2x view and the gripper camera, with the recipe's trunk at
-# pixel_spatial_factor 8 (the eye still reads every pixel of both views; 149 tokens a sample against one view's 245 at
-# factor 4, --dry-run 9.4 GiB, peak 8.6 on one H100). Side by side at 20 a task it scored 0.54 against the one-view
-# recipe's 0.44 at equal steps (487 against 479) and 0.56 against factor 8 on one view's 0.51 (RESULTS.md, forty-second
-# session); not yet run through PHASE=1/2. CAMERA=corner@2x with POLICY_EXTRA="--set model.pixel_spatial_factor=4" is
-# the forty-first session's recipe (0.766 against ACT 0.694 and DP 0.726 on that one view).
-CAMERA=${CAMERA:-corner@2x,gripperPOV}
+# The forty-second session's default, the corner@2x view and the gripper camera with the recipe's trunk at
+# pixel_spatial_factor 8 (CAMERA=corner@2x,gripperPOV POLICY_EXTRA="--set model.pixel_spatial_factor=8"; 149 tokens a
+# sample, --dry-run 9.4 GiB, peak 8.6 on one H100), scored 0.54 against 0.44 side by side at 20 a task but 0.618 through
+# PHASE=1 in the forty-third, no better per step than the one view: corner@2x is the default again.
+CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",
-# "corner/64/yuv420p", "corner@2x", "corner@2x,gripperPOV" (the default), "corner@2x/64//0.2" (DART: recording_args)
+# "corner/64/yuv420p", "corner@2x" (the default), "corner@2x,gripperPOV", "corner@2x/64//0.2" (DART: recording_args)
 data_dir() { local rec=${1//,/_}; [ "$rec" = corner ] && echo "$WORK/data/mt10" || echo "$WORK/data/mt10_${rec//\//_}"; }
 DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
 OPEN_LOOP_EPS=${OPEN_LOOP_EPS:-$([ "$SMOKE" = 1 ] && echo 1 || echo 2)}; HELD=$WORK/data/mt10_open_loop
 mkdir -p "$OUT" "$WORK"
-# each call trains and evaluates from scratch (a rerun on a warm machine must not resume); the recording is kept, and
-# PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a still-warm machine, its world model judges ACT and DP
+# each call trains and evaluates from scratch (a rerun on a warm machine must not resume unless RESUME=1 asks PHASE=1 to
+# finish a cut call); the recording is kept, and PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a
+# still-warm machine, its world model judges ACT and DP
+RESUME=${RESUME:-0}
 case $PHASE in
   2) rm -rf "$EV/act" "$EV/diffusion" "$EV"/judge_all* "$EV"/judge_[a-z]* "$LOG" ;;
   eval) rm -rf "$EV"/sampler_* "$LOG" ;;  # PHASE=1's policy and reports stay: this phase evaluates them again
+  1) [ "$RESUME" = 1 ] || rm -rf "$RUNS" "$EV" "$LOG" ;;
   *) rm -rf "$RUNS" "$EV" "$LOG" ;;
 esac
 mkdir -p "$LOG"
@@ -214,7 +221,9 @@ train() {  # recipe job extra-args...: trains BOX (default TRAIN_S) seconds (tra
     --set job.name="$job" --set trainer.time_budget_s="$(( box - 5 ))" --set trainer.val_every=0 \
     --set trainer.progress_bar=false --set "scheduler.warm_up_steps=[$WARM]" --set data.frame_cache_mb=4096 \
     --device "$DEVICE" "$@" > "$LOG/train_$job.log" 2>&1
-  echo "train rc=$? (124 = killed by the safety timeout)" >> "$LOG/train_$job.log"
+  local rc=$?
+  echo "train rc=$rc (124 = killed by the safety timeout)" >> "$LOG/train_$job.log"
+  if [ "$rc" = 0 ]; then touch "$RUNS/$job/.trained"; fi  # what RESUME=1 keeps
   grep -h "time_budget_s" "$LOG/train_$job.log" | sed "s/^/$job: /"
 }
 
@@ -246,6 +255,11 @@ open_loop() {  # [RUN [NAME [FLAG...]]]: a run's last policy (default: PHASE=1's
     && tail -2 "$LOG/$name.log" || tail -5 "$LOG/$name.log"
 }
 
+kept() {  # FILE WHAT: with RESUME=1, WHAT's result (FILE) from an earlier call on this machine is kept and its stage skipped
+  [ "$RESUME" = 1 ] && [ -e "$1" ] || return 1
+  stamp "$2: kept from the earlier call (RESUME=1)"
+}
+
 phase1() {
   record
   record_held  # the open loop's placements, recorded as the policy's recording (cameras, frame size, pixel format)
@@ -255,28 +269,36 @@ phase1() {
   # world model (no judge), CURVE_EPS=0 skips the curve. A policy alone stepped 0.34 s against ~0.6 beside the world
   # model, but ACT alone 24.5 steps/s against 13.3 beside DP (eighteenth session): compare methods only in the same
   # layout (RESULTS.md says which each number had).
-  local wm_lead=${WM_LEAD:-$TRAIN_S} wm_s=${WM_S:-$TRAIN_S} wm_pid=""
-  stamp "train policy (batch $BATCH) for ${TRAIN_S} s; world model ($WM_ITERS steps at most, ${wm_s} s) from +$(( TRAIN_S - wm_lead )) s"
+  local wm_lead=${WM_LEAD:-$TRAIN_S} wm_s=${WM_S:-$TRAIN_S} wm_pid="" policy_pid="" final_pid=""
   # FRACTIONS: checkpoints at fractions of the fitted run, for the curve and the judge, which needs policies of different
   # quality. Since Meta-World's reset fix the rise is later: 0.00-0.14 up to 16% of the box, 0.36 at 50%, 0.40-0.48 at
   # the end (nineteenth and twentieth sessions), and the old 4-20% spacing put five of seven checkpoints at 0.00-0.12,
   # which the judge ordered by noise; these spread them over the rise (evenly spaced ones gave four alike before)
   local fractions="[${FRACTIONS:-0.04,0.1,0.2,0.3,0.4,0.6,1.0}]"
-  train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
-    --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
-  local policy_pid=$!
-  if [ "$wm_s" -gt 0 ]; then  # WM_S=0: no world model, no judge (the policy's numbers only)
+  if ! kept "$RUNS/policy/.trained" "the policy's training"; then
+    rm -rf "$RUNS/policy"  # a run cut with its call trains again from the start: its box and schedule in full
+    stamp "train policy (batch $BATCH) for ${TRAIN_S} s"
+    train metaworld_mt10 policy --set trainer.max_iter=100000 --set checkpoint.save_iter=100000 --set trainer.samples_per_step="$BATCH" \
+      --set "checkpoint.save_fractions=$fractions" "${POLICY_SET[@]}" &
+    policy_pid=$!
+  fi
+  # WM_S=0: no world model, no judge (the policy's numbers only)
+  if [ "$wm_s" -gt 0 ] && ! kept "$RUNS/wm/.trained" "the world model's training"; then
+    rm -rf "$RUNS/wm"
+    stamp "train the world model ($WM_ITERS steps at most, ${wm_s} s) from +$(( TRAIN_S > wm_lead ? TRAIN_S - wm_lead : 0 )) s"
     { sleep $(( TRAIN_S > wm_lead ? TRAIN_S - wm_lead : 0 )); BOX=$wm_s train metaworld_fd_mt10 wm --set trainer.max_iter="$WM_ITERS" \
       --set checkpoint.save_iter=$(( WM_ITERS / 4 > 0 ? WM_ITERS / 4 : 1 )) "${WM_SET[@]}"; } &
     wm_pid=$!
   fi
-  wait "$policy_pid"
+  if [ -n "$policy_pid" ]; then wait "$policy_pid"; fi
   trained policy
   if [ "${GRAPH_CHECK:-0}" = 1 ]; then  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
     stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
     $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$LOG/graph_check.log" 2>&1; tail -4 "$LOG/graph_check.log"
   fi
-  if [ "$CURVE_EPS" -gt 0 ]; then  # CURVE_EPS=0: no curve (and so no judge): the final closed loop alone
+  # CURVE_EPS=0: no curve (and so no judge): the final closed loop alone
+  if [ "$CURVE_EPS" -gt 0 ] && ! kept "$EV/curve/results.json" "the curve"; then
+    rm -rf "$EV/curve"
     stamp "closed loop: every checkpoint at $CURVE_EPS/task"
     wamkit eval sim "$RUNS/policy" "$ENVS" --all-checkpoints --episodes "$CURVE_EPS" --seed $SEED --horizon $HORIZON \
       --workers "$W" --device "$DEVICE" --out "$EV/curve" --videos 0 "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
@@ -284,32 +306,39 @@ phase1() {
   fi
   # the judge (GPU-bound world-model rollouts, one host process) runs beside the final closed loop (15 simulator
   # processes on the host) once the world model is done: the two overlap instead of adding ~80 s
-  stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it once the world model is done)"
-  # packed the moment it ends: a call cut in the judge (which may outlast it) still sends the headline number back
-  { wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
-      --device "$DEVICE" --out "$EV/final" --expert-trace "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1
-    local rc=$?; pack1; pack_logs; exit $rc; } &
-  local final_pid=$!
-  if [ -n "$wm_pid" ]; then
-    wait "$wm_pid"
-    trained wm
+  if ! kept "$EV/final/results.json" "the final closed loop"; then
+    rm -rf "$EV/final"
+    stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it once the world model is done)"
+    # packed the moment it ends: a call cut in the judge (which may outlast it) still sends the headline number back
+    { wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
+        --device "$DEVICE" --out "$EV/final" --expert-trace "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1
+      local rc=$?; pack1; pack_logs; exit $rc; } &
+    final_pid=$!
   fi
-  if [ -d "$EV/curve" ]; then judge; stamp "judge done"; fi
+  if [ -n "$wm_pid" ]; then wait "$wm_pid"; fi
+  if [ -d "$RUNS/wm" ]; then trained wm; fi
+  if [ -d "$EV/curve" ] && ! kept "$EV/judge/report.json" "the judge"; then judge; stamp "judge done"; fi
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
   # the same policy in the recorded expert's states, beside the end of the final closed loop (~30 s): with the closed
   # loop's expert trace, it tells a policy that cannot see the object from one that drifts off the data
   # and again with every task shown the next task's text: does it read its task from the text or from the scene?
-  { open_loop; echo "swapped prompts:"; open_loop policy open_loop_swapped --swap-prompts; } > "$LOG/open_loop.out" 2>&1 &
-  local open_pid=$!
-  wait "$final_pid" || tail -20 "$LOG/eval_final.log"
-  stamp "final closed loop done"
-  wait "$open_pid"; cat "$LOG/open_loop.out"
+  local open_pid=""
+  if ! kept "$EV/open_loop_swapped/report.json" "the open loop"; then
+    { open_loop; echo "swapped prompts:"; open_loop policy open_loop_swapped --swap-prompts; } > "$LOG/open_loop.out" 2>&1 &
+    open_pid=$!
+  fi
+  if [ -n "$final_pid" ]; then
+    wait "$final_pid" || tail -20 "$LOG/eval_final.log"
+    stamp "final closed loop done"
+  fi
+  if [ -n "$open_pid" ]; then wait "$open_pid"; fi
+  cat "$LOG/open_loop.out"
   tail -1 "$LOG/eval_final.log"
   pack1
 }
 
 pack1() {  # after every stage, so a call cut at its limit still sends back what finished
-  pack_into "$OUT/mt10_phase1.tgz" -C "$WORK" --exclude='*.mp4' eval $(cd "$WORK" && ls runs/*/config.json 2>/dev/null)
+  pack_into "$OUT/mt10_phase1.tgz" -C "$WORK" --exclude='*.mp4' eval $(cd "$WORK" && ls runs/*/resolved_config.json 2>/dev/null)
   cp "$EV"/curve/success_vs_step.* "$OUT/" 2>/dev/null
   # the final closed loop's videos (a success and a failure a task, replayed by the batched evaluator; ~20 small mp4s)
   local videos; videos=$(cd "$WORK" && find eval/final -name '*.mp4' 2>/dev/null)

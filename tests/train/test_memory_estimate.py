@@ -268,7 +268,7 @@ def test_an_eager_step_saves_more_activations_than_the_compiled_coefficients_and
 # The runs before the twenty-sixth session had neither (PLAIN); all but the last row generated every future frame
 # (EVERY_FRAME). The per-layer coefficients alone had missed them by 14-43%.
 EVERY_FRAME = "diffusion.future_video_stride=1"  # the recipe's future video before the thirty-fourth session
-FACTOR4 = "model.pixel_spatial_factor=4"  # the recipe's trunk tokens up to the forty-first session (8 since)
+FACTOR4 = "model.pixel_spatial_factor=4"  # the recipe's trunk tokens (8 in the forty-second and forty-third sessions)
 PLAIN = [FACTOR4, 'model.vision_stem="none"', 'model.frame_positions="none"', EVERY_FRAME]
 H200_PEAKS = [
     ("metaworld_mt10", [FACTOR4, 'model.vision_stem="conv"', EVERY_FRAME], (64, 64), 46, 15.8),
@@ -284,14 +284,16 @@ H200_PEAKS = [
     # fortieth (10.4 GiB); the recipe's since the fortieth, with the ResNet-18 eye on the action rows' clean frames
     ("metaworld_mt10", [FACTOR4, 'model.vision_stem="resnet"'], (64, 64), 46, 10.4),
     ("metaworld_mt10", [FACTOR4], (64, 64), 46, 10.8),
-    # forty-second, one H100: the recipe since, the gripper camera beside the corner view at pixel factor 8
-    ("metaworld_mt10", [], (64, 128), 46, 8.6),
+    # forty-second and forty-third, one H100: the gripper camera beside the corner view at pixel factor 8 (the recipe
+    # in between), and the world model's recipe on that two-view canvas (forty-third)
+    ("metaworld_mt10", ["model.pixel_spatial_factor=8"], (64, 128), 46, 8.6),
+    ("metaworld_fd_mt10", [], (64, 128), 46, 8.2),
 ]
 
 
 @pytest.mark.parametrize("recipe, overrides, canvas, text, peak", H200_PEAKS,
                          ids=["conv_stem", "plain", "g16", "r128", "two_cameras", "world_model_full_res", "resnet_l1", "strided",
-                              "eye", "recipe"])
+                              "recipe", "two_views_factor8", "world_model_two_views"])
 def test_the_estimate_meets_the_measured_h200_peaks_of_pixel_tokenizer_runs(recipe, overrides, canvas, text, peak):
     """The latents (3 x 8 x 8 x 4 values in each token at pixel factor 8) and what lives outside the
     decoder layers are counted: the estimate of each run's first step is within 6% of its peak, except that a
