@@ -44,7 +44,9 @@
 # from its start (a cut training run from scratch, its box in full). Its archive holds the first call's results too:
 #   run("WHEEL_DIRS=.whl_p1 RESUME=1 PHASE=1 bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
 # On a fresh machine it is PHASE=1 from the start. The final closed loop packs its results the moment it ends, so a call
-# cut in the judge still returns the headline number.
+# cut in the judge still returns the headline number. PHASE=2 packs each baseline's results the moment it is evaluated,
+# and RESUME=1 PHASE=2 keeps a baseline whose results exist and trains and evaluates the other again (alone on the GPU
+# then, so with more steps than beside its neighbour: its table says how many).
 #
 # PHASE=eval, a third call right after the other two on the still-warm machine, evaluates PHASE=1's last checkpoint
 # under sampler variants side by side (EVAL_VARIANTS: denoising steps, executed horizon, noise scale; ~2 minutes at
@@ -119,6 +121,8 @@ else
   JUDGE_STEPS=${JUDGE_STEPS:-200}
   POLICY_SET=(--set data.num_workers=6); WM_SET=(--set data.num_workers=4); PQ_SET=()
   nvidia-smi -L
+  # the host: its speed set the forty-third session's step count (2-3x slower than the forty-first's on the same card)
+  echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(awk '/MemTotal/ {print int($2/1048576)}' /proc/meminfo) GiB"
 fi
 # POLICY_EXTRA / WM_EXTRA: more `--set` overrides for the policy's / the world model's training, e.g.
 # POLICY_EXTRA="--set model.pixel_spatial_factor=2" (16x16 tokens a latent frame; the recipe's 4 gives 8x8). With
@@ -171,12 +175,12 @@ DATA=$(data_dir "$CAMERA")
 # OPEN_LOOP_EPS: episodes a task recorded apart for `eval open-loop` (the run's 2% validation split covers half the tasks)
 OPEN_LOOP_EPS=${OPEN_LOOP_EPS:-$([ "$SMOKE" = 1 ] && echo 1 || echo 2)}; HELD=$WORK/data/mt10_open_loop
 mkdir -p "$OUT" "$WORK"
-# each call trains and evaluates from scratch (a rerun on a warm machine must not resume unless RESUME=1 asks PHASE=1 to
-# finish a cut call); the recording is kept, and PHASE=2 keeps PHASE=1's runs and reports: right after PHASE=1 on a
-# still-warm machine, its world model judges ACT and DP
+# each call trains and evaluates from scratch (a rerun on a warm machine must not resume unless RESUME=1 asks PHASE=1 or
+# PHASE=2 to finish a cut call); the recording is kept, and PHASE=2 keeps PHASE=1's runs and reports: right after
+# PHASE=1 on a still-warm machine, its world model judges ACT and DP
 RESUME=${RESUME:-0}
 case $PHASE in
-  2) rm -rf "$EV/act" "$EV/diffusion" "$EV"/judge_all* "$EV"/judge_[a-z]* "$LOG" ;;
+  2) [ "$RESUME" = 1 ] || rm -rf "$EV/act" "$EV/diffusion" "$EV"/judge_all* "$EV"/judge_[a-z]* "$LOG" ;;
   eval) rm -rf "$EV"/sampler_* "$LOG" ;;  # PHASE=1's policy and reports stay: this phase evaluates them again
   1) [ "$RESUME" = 1 ] || rm -rf "$RUNS" "$EV" "$LOG" ;;
   *) rm -rf "$RUNS" "$EV" "$LOG" ;;
@@ -375,14 +379,20 @@ need_baseline_packages() {
 # what launch_baselines leaves for the pack functions: ACT's and DP's results and tables, under $WORK
 BASELINE_RESULTS=(eval/act/results.json eval/act/table.md eval/diffusion/results.json eval/diffusion/table.md)
 
-launch_baselines() {  # WORKERS [JUDGE ARGS...]: ACT and DP, side by side in the background, each trained TRAIN_S s of
-  # wall time (its own measured rate fits its steps) and evaluated at EPISODES/task with WORKERS simulator processes
-  local workers=$1 method; shift
+launch_baselines() {  # WORKERS PACK [JUDGE ARGS...]: ACT and DP, side by side in the background, each trained TRAIN_S s
+  # of wall time (its own measured rate fits its steps), evaluated at EPISODES/task with WORKERS simulator processes
+  # and packed (the function PACK) the moment it ends, so a call cut in the other's evaluation keeps the first's numbers.
+  # With RESUME=1 a method whose results exist is kept (PHASE=2 cut in the other's evaluation: that one runs again,
+  # alone on the GPU, which its table's steps show)
+  local workers=$1 pack=$2 method; shift 2
   for method in act diffusion; do
-    $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
-      --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
-      --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$workers" --dp-scheduler DDIM \
-      --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "$@" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1 &
+    kept "$EV/$method/results.json" "$method" && continue
+    rm -rf "$EV/$method"
+    { $PY benchmarks/policy_quality.py --env "$ENVS" --dataset "$DATA" --recipe recipes/metaworld_mt10.toml \
+        --methods "$method" --train-seconds "$(( TRAIN_S - 30 ))" --samples 1000000 --batch-size "$BATCH" \
+        --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$workers" --dp-scheduler DDIM \
+        --dp-inference-steps 10 --device "$DEVICE" --out "$EV/$method" "$@" "${PQ_SET[@]}" > "$LOG/pq_$method.log" 2>&1
+      "$pack"; } &
   done
 }
 
@@ -400,7 +410,7 @@ phase2() {
     stamp "no PHASE=1 world model under $RUNS (a fresh machine, or a PHASE=sweep/trio since, which clears it): ACT and DP are not judged"
   fi
   stamp "train ACT and Diffusion Policy side by side (${TRAIN_S} s each), then evaluate each at $EPISODES/task"
-  launch_baselines $(( W / 2 > 0 ? W / 2 : 1 )) "${judge_args[@]}"
+  launch_baselines $(( W / 2 > 0 ? W / 2 : 1 )) pack_phase2 "${judge_args[@]}"
   wait
   grep -h "success\|failed\|not run\|world-model score" "$LOG"/pq_*.log | tail -8
   pack_phase2  # the table is safe even if the rankings below run past the call's limit (as the 36th session's did)
@@ -439,7 +449,7 @@ phasetrio() {  # wamkit's recipe, ACT and DP side by side on $CAMERA's recording
       --device "$DEVICE" --out "$EV/final" --videos 0 > "$LOG/eval_final.log" 2>&1 || tail -20 "$LOG/eval_final.log"
     pack_trio
   } > "$LOG/trio_wamkit.out" 2>&1 &
-  launch_baselines "$share"
+  launch_baselines "$share" pack_trio
   wait
   cat "$LOG/trio_wamkit.out"
   echo "wamkit: $(grep -h "average of\|: success" "$LOG/eval_final.log" | tail -1 | grep . || echo "no result: $LOG/eval_final.log")"
