@@ -36,6 +36,19 @@ def test_estimate_counts_fp32_trainable_state_and_bf16_frozen_weights_per_shard(
     assert memory.estimate(NANO_FULL, _knobs(ema=False), 637)["total"] == one["total"] - one["EMA"]
 
 
+def test_layers_kept_gathered_until_their_backward_are_counted_whole():
+    resharded = memory.estimate(NANO_FULL, _knobs(), tokens_per_sample=637)
+    kept = memory.estimate(NANO_FULL, _knobs(reshard_after_forward=False), tokens_per_sample=637)
+    assert kept["gathered layers"] == resharded["gathered layers"] * (NANO_FULL.layers + 1) / 2
+    assert kept["total"] - resharded["total"] > 35 * 2 * NANO_FULL.layer_trainable / 2  # ~12 GiB more at Nano width
+
+
+def test_the_estimate_reads_reshard_after_forward_from_the_recipe():
+    cfg = load_experiment(DEMO_RECIPE, ["parallel.reshard_after_forward=false"])
+    assert memory.Knobs.from_config(cfg, world=1).reshard_after_forward is False
+    assert memory.Knobs.from_config(load_experiment(DEMO_RECIPE), world=1).reshard_after_forward is True
+
+
 def test_advice_names_the_gpu_count_and_the_knobs_that_fit():
     lora = memory.ModelCounts(total=15_181_131_072, trainable=24_908_928, layers=36, hidden=4096,
                               layer_trainable=600_000, layer_frozen=420_000_000, lora=True)

@@ -5,7 +5,8 @@ the report of an out-of-memory error that still happens. It follows wamkit.train
 layout: trainable parameters keep fp32 master shards, fp32 sharded gradients, AdamW's two fp32
 moments and the fp32 EMA, all divided over the FSDP2 shard group; frozen parameters are stored once
 in `parallel.param_dtype`, whole on one GPU and with `parallel.replicate_frozen`, sharded otherwise;
-two layers are gathered in the compute dtype at a time, and a layer's unsharded gradients exist
+two layers are gathered in the compute dtype at a time (every layer from its forward to its backward with
+`parallel.reshard_after_forward = false`), and a layer's unsharded gradients exist
 while it is reduced; saved activations depend on the checkpointing mode and on whether the
 generation pathway's weights train (a frozen linear layer keeps no input for a weight gradient);
 what lies outside the decoder layers grows with tokens and width, the fp32 latents with the
@@ -115,6 +116,7 @@ class Knobs:
     compiled: bool = True  # parallel.compile: the activation coefficients' own setting (EAGER_ACTIVATION_FACTOR)
     latent_values_per_sample: int = 0  # token_counts' "latent_values": what the tokenizer and frame put in a sample
     stem_values_per_sample: int = 0  # what a vision stem saves per sample (wamkit.model.vision_stem.stem_saved_values)
+    reshard_after_forward: bool = True  # parallel.reshard_after_forward: False keeps every layer gathered until its backward
 
     @classmethod
     def from_config(cls, cfg, world: int, sample: dict[str, int] | None = None) -> "Knobs":
@@ -130,7 +132,8 @@ class Knobs:
                    p.activation_checkpointing, cfg.ema.enabled, cfg.trainer.samples_per_step, cfg.trainer.grad_accum_iter,
                    OPTIMIZER_STATE_BYTES[cfg.optimizer.kind], bool(p.compile), int(sample["latent_values"]),
                    round(stem_saved_values(cfg.model.vision_stem, int(sample["latent_positions"]),
-                                           int(sample["observed_positions"]), cfg.model.pixel_spatial_factor)))
+                                           int(sample["observed_positions"]), cfg.model.pixel_spatial_factor)),
+                   bool(p.reshard_after_forward))
 
 
 def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_params: int = 0) -> dict[str, float]:
@@ -148,13 +151,14 @@ def estimate(counts: ModelCounts, knobs: Knobs, tokens_per_sample: int, vae_para
     if knobs.checkpointing == "full":  # the backward recomputes one layer with everything saved
         activations += tokens * counts.hidden * ACTIVATION_BYTES[("none", what)] * eager
     gathered_per_layer = counts.layer_trainable + (0 if whole else counts.layer_frozen)
+    gathered_at_once = 2 if knobs.reshard_after_forward else counts.layers + 1  # + the backward's prefetch
     est = {
         "trainable weights (fp32)": 4 * t / shard,
         "frozen weights": b * counts.frozen / (1 if whole else shard),
         "gradients (fp32)": 4 * t / shard,
         "AdamW moments": knobs.optimizer_bytes * t / shard,
         "EMA": 4 * t / shard if knobs.ema else 0.0,
-        "gathered layers": 2 * b * gathered_per_layer,
+        "gathered layers": gathered_at_once * b * gathered_per_layer,
         "layer gradients": (b + 4) * counts.layer_trainable,
         "activations": activations,
         "outside layers": tokens * counts.hidden * OUTSIDE_LAYER_BYTES,
