@@ -80,3 +80,21 @@ def test_a_rollout_profile_reads_its_table_from_a_trace_where_the_events_hold_no
     out = capsys.readouterr().out
     assert "by function, from the trace (ops / launches / host ms in those ops, a predict)" in out
     assert re.search(r"wamkit/diffusion/keyed_noise\.py:\w+ +\d+ /", out)
+
+
+def test_gpu_busy_time_counts_kernels_not_the_annotation_spans_around_them():
+    """On the GPU the profiler also records each `record_function` range (AdamW's step, FSDP2's pre_forward) as a
+    device-side span from its first kernel to its last, idle gaps included: busy time counts the kernels alone."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def gpu(name, us, annotation=False):
+        return SimpleNamespace(name=name, device_type=DeviceType.CUDA, is_user_annotation=annotation, cpu_parent=None,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    events = [gpu("Optimizer.step#AdamW.step", 29_000, annotation=True), gpu("FSDP::pre_forward", 10_000, annotation=True),
+              gpu("multi_tensor_apply_kernel", 400), gpu("flex_attention_backward", 7_600)]
+    assert [e.name for e in step_profile.gpu_kernels(events)] == ["multi_tensor_apply_kernel", "flex_attention_backward"]
+    first = step_profile.summary_lines(events, steps=1, wall_s=0.1, label="steps 1-1")[0]
+    assert "GPU kernels busy 8.0 ms (8%): host-bound" in first

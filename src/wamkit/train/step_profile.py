@@ -163,11 +163,18 @@ def _top_level_op(e) -> bool:
     return e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
 
 
+def gpu_kernels(events) -> list:
+    """The events that ran on the GPU, less the annotations' GPU-side spans (`record_function` ranges such as
+    "Optimizer.step#AdamW.step" or FSDP2's "FSDP::pre_forward"): those cover their kernels and the idle gaps
+    between them, so counting them as busy time double-counts the kernels and calls a host-bound step busy."""
+    return [e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+
+
 def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12, unit: str = "step") -> list[str]:
     """The summary of profiled `events` over `steps` units (training steps, or a rollout's batched
     predicts) that took `wall_s` seconds in all."""
     per = lambda x: x / max(steps, 1)  # noqa: E731
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = gpu_kernels(events)
     busy_ms = per(sum(k.time_range.elapsed_us() for k in kernels) / 1e3)
     step_ms = per(wall_s * 1e3)
     by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
