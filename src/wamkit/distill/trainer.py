@@ -59,6 +59,7 @@ from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
 from wamkit.train import memory
 from wamkit.train.ema import EMA
+from wamkit.train.local_shards import clip_grad_norm_
 from wamkit.train.metrics import MetricsLogger
 from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
@@ -430,9 +431,7 @@ class DistillTrainer:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.grad_clip)
-        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
-            norm = norm.full_tensor()
+        norm = clip_grad_norm_(params, self.cfg.optimizer.grad_clip)  # on the local shards: the global norm
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

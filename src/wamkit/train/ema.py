@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from wamkit.train.local_shards import local
+
 
 class EMA:
     def __init__(self, model: torch.nn.Module, beta: float, warmup: float):
@@ -16,10 +18,11 @@ class EMA:
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module, step: int) -> None:
-        """One fused lerp over all averaged weights (torch's foreach kernels): a loop of one lerp per
-        tensor launched hundreds of kernels a step, a fixed host cost that bounds small models' steps."""
+        """One fused lerp over all averaged weights (torch's foreach kernels) on their local shards: a loop of
+        one lerp per tensor launched hundreds of kernels a step, and DTensor's dispatch checked every tensor's
+        sharding on the host (wamkit.train.local_shards); the lerp is elementwise, so each rank's shard is enough."""
         beta = self.beta_at(step)
-        pairs = [(self.shadow[name], param.detach()) for name, param in model.named_parameters() if name in self.shadow]
+        pairs = [(local(self.shadow[name]), local(param)) for name, param in model.named_parameters() if name in self.shadow]
         if not pairs:
             return
         shadows = [s for s, _ in pairs]

@@ -10,6 +10,7 @@ import logging
 import torch
 
 from wamkit.errors import ConfigError
+from wamkit.train.local_shards import LocalShardAdamW
 from wamkit.model.weights import is_action_head_param
 
 
@@ -30,8 +31,9 @@ def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         })
     if getattr(cfg, "kind", "adamw") == "adamw8bit":
         return _adamw8bit(param_groups, cfg)
-    # fused: one kernel per parameter group, no foreach temporaries the size of the trainable state
-    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=True)
+    # fused: one kernel per parameter group, no foreach temporaries the size of the trainable state; run on the
+    # local shards of FSDP2's DTensors (wamkit.train.local_shards: the same math without DTensor's host cost)
+    return LocalShardAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=True)
 
 
 def _adamw8bit(param_groups: list[dict], cfg) -> torch.optim.Optimizer:

@@ -29,6 +29,7 @@ from wamkit.train import memory, step_profile, sync_check
 from wamkit.train.disk import extra_save_steps, fraction_step, saves_at
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
+from wamkit.train.local_shards import clip_grad_norm_
 from wamkit.train.metrics import MetricsLogger, read_metrics
 from wamkit.train.optim import build_optimizer
 from wamkit.train.recovery import resume_point
@@ -524,9 +525,7 @@ class Trainer:
         for p in params:  # a head unused this step (no noisy action rows / video frames: forward / inverse dynamics)
             if p.grad is None:  # gets a zero gradient, so every trainable parameter has optimizer state and resume stays exact
                 p.grad = torch.zeros_like(p)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-            grad_norm = grad_norm.full_tensor()
+        grad_norm = clip_grad_norm_(params, self.cfg.optimizer.grad_clip)  # on the local shards: global norm, plain tensor
         self.optimizer.step()
         self.scheduler.step()
         timer.mark("optimizer")
