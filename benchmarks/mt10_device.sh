@@ -67,7 +67,8 @@
 # and judge (its closed loop is slower and --num-steps 5 did not speed it: eighteenth session, cut in the final loop
 # twice). Its 50-a-task number alone, the policy alone on the GPU (0.42 after 650 steps, as the recipe; RESULTS.md):
 #   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=290 WM_S=0 CURVE_EPS=0 FRACTIONS=0.5,1.0 POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
-# PHASE=profile takes the training step and the closed loop apart (torch.profiler; PROFILE_EVAL=0: the step alone,
+# PHASE=profile takes the training step and the closed loop apart (torch.profiler, then benchmarks/optimizer_host_cost.py's
+# table of the optimizer phase on DTensors against local shards; PROFILE_EVAL=0: the step alone,
 # ~60 s after the recording: `PHASE=profile EPS=3 PROFILE_EVAL=0`). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
@@ -588,6 +589,9 @@ if rows:
     print(f"training step, median of {len(rows)} logged steps: {med('step_s') * 1e3:.0f} ms = {parts} ms; "
           f"{med('samples_per_s'):.0f} samples/s, {med('tokens_per_s'):.0f} tokens/s")
 PYEOF
+  # the optimizer phase on DTensors against their local shards (wamkit.train.local_shards), the recipe's tensors
+  $PY benchmarks/optimizer_host_cost.py --preset "$([ "$SMOKE" = 1 ] && echo tiny || echo medium)" --device "$DEVICE" \
+    > "$LOG/optimizer_host_cost.log" 2>&1 && grep -h "^|\|preset" "$LOG/optimizer_host_cost.log" || tail -5 "$LOG/optimizer_host_cost.log"
   [ "${PROFILE_EVAL:-1}" = 0 ] && return  # the training step alone (a short call)
   stamp "closed loop: $EPISODES/task, $W workers"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
