@@ -75,6 +75,20 @@ def test_clipping_on_local_shards_matches_torchs_on_the_dtensors(one_process_gro
         torch.testing.assert_close(local(a.grad), local(b.grad), rtol=1e-5, atol=1e-9)
 
 
+def test_gradients_of_mixed_layouts_are_clipped_by_torchs_own_path(one_process_group):
+    from torch.distributed.tensor import Replicate
+
+    mesh = one_process_group["dp_shard_cp"]
+    whole = [torch.full((4, 2), 2.0), torch.full((3,), 4.0)]
+    params = [torch.nn.Parameter(distribute_tensor(w.clone(), mesh, [placement])) for w, placement in zip(whole, (Shard(0), Replicate()))]
+    for p, w in zip(params, whole):
+        p.grad = distribute_tensor(w.clone(), mesh, p.placements)
+    norm = clip_grad_norm_(params, 1.0)
+    assert not isinstance(norm, DTensor)
+    torch.testing.assert_close(norm, torch.sqrt(torch.tensor(8 * 4.0 + 3 * 16.0)))
+    torch.testing.assert_close(local(params[1].grad), whole[1] / (norm + 1e-6))
+
+
 def test_the_ema_on_local_shards_averages_like_a_lerp_of_the_dtensors(one_process_group):
     model = _sharded_model(one_process_group)
     ema = EMA(model, beta=0.9, warmup=0)

@@ -37,11 +37,12 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor
         return torch.zeros(())
     specs = {(g.device_mesh, tuple(g.placements)) for g in grads if isinstance(g, DTensor)}
     if len(specs) > 1 or (specs and not all(isinstance(g, DTensor) for g in grads)):
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)  # mixed layouts: torch's own path
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # mixed layouts: torch's own path
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
     plain = locals_of(grads)
     squares = torch.stack([n.float() for n in torch._foreach_norm(plain)]).square().sum()
-    if specs:
-        mesh, placements = next(iter(specs))
+    mesh, placements = next(iter(specs)) if specs else (None, ())
+    if mesh is not None and mesh.size() > 1:  # one rank holds the whole norm already
         summed = [Partial() if placement.is_shard() else Replicate() for placement in placements]
         squares = DTensor.from_local(squares, mesh, summed, run_check=False).full_tensor()
     total = squares.sqrt()
