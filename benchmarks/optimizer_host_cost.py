@@ -65,10 +65,9 @@ def main() -> None:
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
-    groups = build_optimizer(model, cfg.optimizer).param_groups
-    hyper = dict(lr=cfg.optimizer.lr, betas=tuple(cfg.optimizer.betas), eps=cfg.optimizer.eps, fused=True)
-    stock = torch.optim.AdamW([{k: v for k, v in g.items()} for g in groups], **hyper)
-    ours = LocalShardAdamW([{k: v for k, v in g.items()} for g in groups], **hyper)
+    ours = build_optimizer(model, cfg.optimizer)  # the recipe's LocalShardAdamW
+    assert isinstance(ours, LocalShardAdamW), f"optimizer.kind {cfg.optimizer.kind!r} is not the fused AdamW"
+    stock = torch.optim.AdamW([dict(group) for group in ours.param_groups], fused=True)  # the same groups, on DTensors
     ema = EMA(model, cfg.ema.beta, 0)
     rows = [
         ("clip_grad_norm_", lambda: torch.nn.utils.clip_grad_norm_(params, 1e9).full_tensor(), lambda: clip_grad_norm_(params, 1e9)),

@@ -59,9 +59,8 @@ from wamkit.storage import is_remote
 from wamkit.train import checkpoint as ckpt
 from wamkit.train import memory
 from wamkit.train.ema import EMA
-from wamkit.train.local_shards import clip_grad_norm_
 from wamkit.train.metrics import MetricsLogger
-from wamkit.train.optim import build_optimizer
+from wamkit.train.optim import build_optimizer, clip_gradients
 from wamkit.train.recovery import resume_point
 from wamkit.train.parallel import all_reduce_mean, init_distributed, parallel_dims, parallelize, run_mesh
 from wamkit.train.base_identity import require_full_weights
@@ -427,11 +426,7 @@ class DistillTrainer:
     def _apply(self, model, optimizer, scheduler) -> float:
         """One optimizer step on the gradients the step's backward left (FSDP2 reduced them into the
         fp32 master shards)."""
-        params = [p for p in model.parameters() if p.requires_grad]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        norm = clip_grad_norm_(params, self.cfg.optimizer.grad_clip)  # on the local shards: the global norm
+        norm = clip_gradients(model, self.cfg.optimizer.grad_clip)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

@@ -10,7 +10,7 @@ import logging
 import torch
 
 from wamkit.errors import ConfigError
-from wamkit.train.local_shards import LocalShardAdamW
+from wamkit.train.local_shards import LocalShardAdamW, clip_grad_norm_
 from wamkit.model.weights import is_action_head_param
 
 
@@ -34,6 +34,18 @@ def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     # fused: one kernel per parameter group, no foreach temporaries the size of the trainable state; run on the
     # local shards of FSDP2's DTensors (wamkit.train.local_shards: the same math without DTensor's host cost)
     return LocalShardAdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=True)
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip every trainable parameter's gradient to a global L2 norm of `max_norm` (on the local shards) and return
+    that norm as a plain tensor. A parameter unused this step (a head with no noisy action rows or video frames:
+    forward / inverse dynamics) gets a zero gradient first, so every trainable parameter has optimizer state and
+    a resume stays exact."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    return clip_grad_norm_(params, max_norm)
 
 
 def _adamw8bit(param_groups: list[dict], cfg) -> torch.optim.Optimizer:

@@ -29,9 +29,8 @@ from wamkit.train import memory, step_profile, sync_check
 from wamkit.train.disk import extra_save_steps, fraction_step, saves_at
 from wamkit.train.ema import EMA
 from wamkit.train.faults import KILL_AFTER_SAVE, maybe_kill
-from wamkit.train.local_shards import clip_grad_norm_
 from wamkit.train.metrics import MetricsLogger, read_metrics
-from wamkit.train.optim import build_optimizer
+from wamkit.train.optim import build_optimizer, clip_gradients
 from wamkit.train.recovery import resume_point
 from wamkit.train.context_parallel import context_parallel_backend, enable_context_parallel
 from wamkit.train.parallel import all_reduce_mean_tensor, all_reduce_min, init_distributed, parallel_dims, parallelize, run_mesh
@@ -521,11 +520,7 @@ class Trainer:
             encode += self.objective.last_encode_flops  # every rank of a cp group encodes its samples' clips whole
             self.consumed += self.global_micro_batch
             losses += loss_parts(step_losses).float() / cfg.grad_accum_iter
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        for p in params:  # a head unused this step (no noisy action rows / video frames: forward / inverse dynamics)
-            if p.grad is None:  # gets a zero gradient, so every trainable parameter has optimizer state and resume stays exact
-                p.grad = torch.zeros_like(p)
-        grad_norm = clip_grad_norm_(params, self.cfg.optimizer.grad_clip)  # on the local shards: global norm, plain tensor
+        grad_norm = clip_gradients(self.model, self.cfg.optimizer.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         timer.mark("optimizer")
