@@ -167,8 +167,10 @@ def run_mesh(ctx: DistContext, dims: ParallelDims):
         if ctx.world_size != 1:
             raise RuntimeError("a torchrun job without a process group: init_distributed must run first")
         cuda = ctx.device.type == "cuda"
-        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1,
-                                device_id=ctx.device if cuda else None)
+        device_id = None
+        if cuda:  # NCCL's eager init wants an indexed device: a bare "cuda" (a benchmark's --device cuda) is the current one
+            device_id = ctx.device if ctx.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
     return build_mesh(dims, ctx.device if ctx.device.type == "cuda" else torch.device("cpu"))  # the meta device too: a gloo mesh
 
 
