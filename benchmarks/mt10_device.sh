@@ -606,6 +606,12 @@ PYEOF
   done
 }
 
+# A call cut at its limit ends with rc 124 and no word of what was left (the forty-fifth session's PHASE=1 was cut in the
+# final closed loop, 420 of 500 episodes, and went on to PHASE=2 instead of resuming): a line just before the limit
+# says so. CALL_LIMIT: the call's timeout_s. Disowned, so the phases' bare `wait`s do not wait for it.
+{ sleep $(( ${CALL_LIMIT:-600} - 10 )); stamp "about to be cut at the call's ${CALL_LIMIT:-600} s: on the still-warm machine, RESUME=1 PHASE=$PHASE finishes what did not (every finished stage is kept)"; } &
+WATCHDOG=$!; disown "$WATCHDOG"
+trap 'kill "$WATCHDOG" 2>/dev/null' EXIT
 "phase$PHASE"
 stamp "done"
 pack_logs
