@@ -4,7 +4,10 @@ Graphs are keyed by padded shape (wamkit.model.flex_attention's mask slots): a g
 mix of prompts replays every other mix of the same padded shape with the masks rewritten in place.
 This loads the policy twice (graphs on and off), predicts the same batches (same noise) through both
 and prints the largest difference in normalized action units, and the captures the mixes took.
-    python benchmarks/graph_replay_check.py runs/metaworld_mt10 --device cuda"""
+With --reload, the graphed policy then takes another checkpoint of its run in place (Policy.reload, as
+`wamkit eval sim --all-checkpoints` does) and must match that checkpoint loaded afresh, replaying the
+graphs it captured before (no new captures for the same shapes).
+    python benchmarks/graph_replay_check.py runs/metaworld_mt10 --device cuda [--reload runs/metaworld_mt10/checkpoints/iter_<N>]"""
 
 from __future__ import annotations
 
@@ -33,6 +36,32 @@ def observations(policy, prompts: list[str], rng: np.random.Generator) -> list[d
     return out
 
 
+def plain_policy(path: str, device: str):
+    """The policy without CUDA graphs: kernel by kernel."""
+    plain = load_policy(path, device=device)
+    for graphs in (plain.graphs, plain.forward_graphs):
+        if graphs is not None:
+            graphs.remove()
+    return plain
+
+
+def compare(graphed, plain, batches: list[int], mixes: int) -> float:
+    """The largest difference between the two policies' actions over `mixes` prompt mixes a batch size."""
+    prompts = [("pick the block " * 4)[:n] for n in range(20, 62, 3)]  # 14 prompt lengths, 20-59 bytes
+    rng, pick = np.random.default_rng(0), random.Random(0)
+    worst = 0.0
+    for batch in batches:
+        captures = graphed.graph_captures
+        for mix in range(mixes):
+            obs = observations(graphed, pick.choices(prompts, k=batch), rng)
+            a = graphed.predict_normalized(obs, seed=mix)
+            b = plain.predict_normalized(obs, seed=mix)
+            worst = max(worst, float((a.float() - b.float()).abs().max()))
+        print(f"batch {batch}: {mixes} prompt mixes, {graphed.graph_captures - captures} graph captures, "
+              f"largest difference so far {worst:.5f}")
+    return worst
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("policy", help="run, checkpoint or export directory")
@@ -40,24 +69,15 @@ def main() -> int:
     parser.add_argument("--batches", default="2,7,15", help="batch sizes to check")
     parser.add_argument("--mixes", type=int, default=6, help="prompt mixes per batch size")
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest allowed difference (normalized actions)")
+    parser.add_argument("--reload", help="another checkpoint of the same run, then loaded into the graphed policy in place")
     args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
     graphed = load_policy(args.policy, device=args.device)
-    plain = load_policy(args.policy, device=args.device)
-    for graphs in (plain.graphs, plain.forward_graphs):
-        if graphs is not None:
-            graphs.remove()
-    prompts = [("pick the block " * 4)[:n] for n in range(20, 62, 3)]  # 14 prompt lengths, 20-59 bytes
-    rng, pick = np.random.default_rng(0), random.Random(0)
-    worst = 0.0
-    for batch in (int(b) for b in args.batches.split(",")):
-        captures = graphed.graph_captures
-        for mix in range(args.mixes):
-            obs = observations(graphed, pick.choices(prompts, k=batch), rng)
-            a = graphed.predict_normalized(obs, seed=mix)
-            b = plain.predict_normalized(obs, seed=mix)
-            worst = max(worst, float((a.float() - b.float()).abs().max()))
-        print(f"batch {batch}: {args.mixes} prompt mixes, {graphed.graph_captures - captures} graph captures, "
-              f"largest difference so far {worst:.5f}")
+    worst = compare(graphed, plain_policy(args.policy, args.device), batches, args.mixes)
+    if args.reload:
+        graphed.reload(args.reload)
+        print(f"reloaded in place: {args.reload}")
+        worst = max(worst, compare(graphed, plain_policy(args.reload, args.device), batches, args.mixes))
     ok = worst <= args.tolerance
     print(f"graph replay {'matches' if ok else 'DIFFERS FROM'} the plain forward: {worst:.5f} (tolerance {args.tolerance})")
     return 0 if ok else 1

@@ -68,8 +68,9 @@
 # twice). Its 50-a-task number alone, the policy alone on the GPU (0.42 after 650 steps, as the recipe; RESULTS.md):
 #   run("WHEEL_DIRS=.whl_p1 PHASE=1 TRAIN_S=290 WM_S=0 CURVE_EPS=0 FRACTIONS=0.5,1.0 POLICY_EXTRA=\"--set model.pixel_spatial_factor=2\" bash benchmarks/mt10_device.sh", carry=[".whl_p1", ".gl"], timeout_s=600)
 # PHASE=profile takes the training step and the closed loop apart (torch.profiler, then benchmarks/optimizer_host_cost.py's
-# table of the optimizer phase on DTensors against local shards; PROFILE_EVAL=0: the step alone,
-# ~60 s after the recording: `PHASE=profile EPS=3 PROFILE_EVAL=0`). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
+# table of the optimizer phase on DTensors against local shards, then GRAPH_CHECK (default 1 here): CUDA graphs against
+# plain forwards and the second checkpoint loaded in place; PROFILE_EVAL=0: no closed loop,
+# ~90 s after the recording: `PHASE=profile EPS=3 PROFILE_EVAL=0`). The history of these calls (what was slow, what was fixed) is in RESULTS.md.
 #
 # Closed loop: `--workers 15` simulator processes (MuJoCo + EGL, one core each) and the policy answering
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
@@ -297,10 +298,7 @@ phase1() {
   fi
   if [ -n "$policy_pid" ]; then wait "$policy_pid"; fi
   trained policy
-  if [ "${GRAPH_CHECK:-0}" = 1 ]; then  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
-    stamp "CUDA graphs against plain forwards, prompts mixed anew every batch"
-    $PY benchmarks/graph_replay_check.py "$RUNS/policy" --device "$DEVICE" > "$LOG/graph_check.log" 2>&1; tail -4 "$LOG/graph_check.log"
-  fi
+  [ "${GRAPH_CHECK:-0}" = 1 ] && graph_check  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
   # CURVE_EPS=0: no curve (and so no judge): the final closed loop alone
   if [ "$CURVE_EPS" -gt 0 ] && ! kept "$EV/curve/results.json" "the curve"; then
     rm -rf "$EV/curve"
@@ -365,6 +363,14 @@ judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and si
   wamkit eval wm-policy "$wm" --policies "${policies[@]}" --sim-reports "${reports[@]}" --state "$state" \
     --horizon $HORIZON --max-steps "$JUDGE_STEPS" --num-steps 1 --no-videos --device "$DEVICE" --out "$out" \
     > "$LOG/$(basename "$out").log" 2>&1 || tail -20 "$LOG/$(basename "$out").log"
+}
+
+graph_check() {  # CUDA graphs against plain forwards, prompts mixed anew every batch; then the run's last checkpoint
+  # loaded in place (as eval sim --all-checkpoints does since the forty-fifth session) against it loaded afresh
+  local ckpts; ckpts=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort -t_ -k2 -n)
+  stamp "CUDA graphs against plain forwards, prompts mixed anew every batch; the last checkpoint loaded in place"
+  $PY benchmarks/graph_replay_check.py "$(echo "$ckpts" | head -1)" --reload "$(echo "$ckpts" | tail -1)" --device "$DEVICE" \
+    > "$LOG/graph_check.log" 2>&1; tail -5 "$LOG/graph_check.log"
 }
 
 need_baseline_packages() {
@@ -577,7 +583,7 @@ phaseprofile() {  # where closed-loop time goes (wamkit.eval.batched's timing li
   local iters=${PROFILE_ITERS:-12}
   stamp "train policy ($iters steps x $BATCH, profile of ${PROFILE_STEPS:-2} warm steps, ${TRAIN_S} s box)"
   WAMKIT_SYNC_DEBUG=1 WAMKIT_PROFILE_STEPS=${PROFILE_STEPS:-2} train metaworld_mt10 policy --set trainer.max_iter="$iters" \
-    --set checkpoint.save_iter="$iters" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
+    --set checkpoint.save_iter="$(( iters / 2 ))" --set trainer.samples_per_step="$BATCH" --set trainer.log_every=1 "${POLICY_SET[@]}"
   grep -h "samples/s\|first step\|memory:\|synchronised\|train rc" "$LOG"/train_policy.log | tail -6
   sed -n '/profile of steps/,/top GPU kernels/p' "$LOG"/train_policy.log  # the step under torch.profiler (wamkit.train.step_profile)
   $PY - "$RUNS/policy/metrics.jsonl" <<'PYEOF'  # where a training step's time goes (median over the logged steps)
@@ -592,6 +598,7 @@ PYEOF
   # the optimizer phase on DTensors against their local shards (wamkit.train.local_shards), the recipe's tensors
   $PY benchmarks/optimizer_host_cost.py --preset "$([ "$SMOKE" = 1 ] && echo tiny || echo medium)" --device "$DEVICE" \
     > "$LOG/optimizer_host_cost.log" 2>&1 && grep -h "^|\|preset" "$LOG/optimizer_host_cost.log" || tail -5 "$LOG/optimizer_host_cost.log"
+  [ "${GRAPH_CHECK:-1}" = 1 ] && graph_check  # two checkpoints (steps iters/2 and iters) for its in-place load
   [ "${PROFILE_EVAL:-1}" = 0 ] && return  # the training step alone (a short call)
   stamp "closed loop: $EPISODES/task, $W workers"
   wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import wamkit.sim  # noqa: E402,F401 - picks the headless GL backend before metaworld imports mujoco
 
@@ -266,6 +267,67 @@ def test_success_vs_step_over_checkpoints(run_dir, tmp_path):
     assert len(plots) == 1 and plots[0].stat().st_size > 0
     assert "| 2 |" in (tmp_path / "report.md").read_text()
     assert len(json.loads((tmp_path / "results.json").read_text())) == 2
+
+
+def test_evaluating_every_checkpoint_loads_the_policy_once_and_the_rest_in_place(run_dir, tmp_path, monkeypatch):
+    import wamkit.eval.suite as suite
+
+    built = []
+    real = suite.load_policy
+    monkeypatch.setattr(suite, "load_policy", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    evaluated = []
+    monkeypatch.setattr(suite, "evaluate_envs", lambda policy, *a, **k: evaluated.append(
+        (policy, policy.loaded.source["step"], [p.data_ptr() for p in policy.model.parameters()])) or _FakeResult(len(evaluated)))
+    monkeypatch.setattr(suite, "write_checkpoints_report", lambda *a, **k: None)
+    evaluate_checkpoints(run_dir, ENV, 1, seed=2, out_dir=tmp_path, num_steps=1)
+    assert [Path(p).name for p in built] == ["iter_000000002"]  # the first checkpoint only; the second in place
+    (first, step_a, ptrs_a), (second, step_b, ptrs_b) = evaluated
+    assert first is second and (step_a, step_b) == (2, 4) and ptrs_a == ptrs_b
+
+
+class _FakeResult:
+    def __init__(self, n: int):
+        self.training_step = n
+
+
+def test_a_checkpoint_loaded_in_place_equals_it_loaded_afresh(run_dir):
+    from wamkit.policy import load_policy
+
+    first, second = sorted((Path(run_dir) / "checkpoints").glob("iter_*"))
+    policy, fresh = load_policy(first, num_steps=2), load_policy(second, num_steps=2)
+    obs = {"image": np.full((64, 64, 3), 90, np.uint8), "state": np.array([0.0, 0.6, 0.2, 1.0], np.float32), "prompt": "reach"}
+    before = policy.predict([obs], seed=3)
+    ptrs = [p.data_ptr() for p in policy.model.parameters()]
+    policy.reload(second)
+    assert [p.data_ptr() for p in policy.model.parameters()] == ptrs
+    assert policy.loaded.source["step"] == 4 and policy.loaded.source["checkpoint"] == str(second.resolve())
+    pairs = list(zip(policy.model.state_dict().values(), fresh.model.state_dict().values(), strict=True))
+    assert all(torch.equal(a, b) for a, b in pairs)
+    after = policy.predict([obs], seed=3)
+    assert np.array_equal(after, fresh.predict([obs], seed=3)) and not np.array_equal(after, before)
+
+
+def test_loading_in_place_is_refused_with_the_reason(run_dir, tmp_path):
+    import dataclasses
+
+    from wamkit.errors import CheckpointError
+    from wamkit.policy import load_policy
+
+    first, second = sorted((Path(run_dir) / "checkpoints").glob("iter_*"))
+    policy = load_policy(first, num_steps=1)
+    loaded = policy.loaded
+    policy.loaded = dataclasses.replace(loaded, contract={**loaded.contract, "fps": 1})
+    assert "another data contract" in policy.reload_refusal(second)
+    with pytest.raises(CheckpointError, match="another data contract"):
+        policy.reload(second)
+    policy.loaded = dataclasses.replace(loaded, source={"export": "somewhere"})
+    assert "export" in policy.reload_refusal(second)
+    policy.loaded = dataclasses.replace(loaded, experiment_config={**loaded.experiment_config, "lora": {"enabled": True}})
+    assert "LoRA" in policy.reload_refusal(second)
+    policy.loaded = dataclasses.replace(loaded, source={**loaded.source, "checkpoint": str(tmp_path / "other" / "checkpoints" / "iter_2")})
+    assert "another run" in policy.reload_refusal(second)
+    policy.loaded = loaded
+    assert policy.reload_refusal(second) is None
 
 
 def test_plot_falls_back_to_svg_without_matplotlib(tmp_path, monkeypatch):

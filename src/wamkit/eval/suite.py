@@ -133,10 +133,13 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     names = expand_env_names(env_name) if isinstance(env_name, str) else list(env_name)
     out = Path(out_dir)
     results = []
-    with _pool(run_dir, names, workers, kwargs) as pool:
-        for iteration in list_checkpoints(run_dir):
-            policy = load_policy(iteration, device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale,
-                                 use_ema=use_ema)
+    load = dict(device=device, num_steps=num_steps, dtype=dtype, noise_scale=noise_scale, use_ema=use_ema)
+    iterations = list_checkpoints(run_dir)
+    policy = load_policy(iterations[0], **load)
+    with _pool(policy, names, workers, kwargs) as pool:
+        for i, iteration in enumerate(iterations):
+            if i:
+                policy = next_checkpoint(policy, iteration, load)
             step = int(iteration.name.split("_")[1])
             results.append(evaluate_envs(policy, names, episodes, seed, out_dir=out / f"step_{step:09d}", num_steps=num_steps,
                                          pool=pool, **kwargs))
@@ -145,8 +148,19 @@ def evaluate_checkpoints(run_dir: str | Path, env_name: str | Sequence[str], epi
     return results
 
 
-def _pool(run_dir, names, workers: int, kwargs):
-    """One set of simulator workers for every checkpoint of a run (none for serial evaluation)."""
+def next_checkpoint(policy, iteration: Path, load: dict):
+    """The run's next checkpoint: loaded into the same tensors when it can be (its CUDA graphs, captured
+    once per batch shape and prompt mix, replay it: 16-26 captures a checkpoint in MT10's curve before),
+    else afresh."""
+    if policy.reload_refusal(iteration) is None:
+        policy.reload(iteration, use_ema=load["use_ema"])
+        return policy
+    return load_policy(iteration, **load)
+
+
+def _pool(first, names, workers: int, kwargs):
+    """One set of simulator workers for every checkpoint of a run (none for serial evaluation), set up
+    for the run's first checkpoint (cameras and frame size are the run's)."""
     import contextlib
 
     if not workers:
@@ -156,7 +170,6 @@ def _pool(run_dir, names, workers: int, kwargs):
     from wamkit.sim.envs import get_spec
     from wamkit.sim.workers import EnvWorkers
 
-    first = load_policy(list_checkpoints(run_dir)[-1], num_steps=1)
     specs = [get_spec(n) for n in names]
     settings = pool_settings(first, specs, frame_size(first, kwargs.get("resolution")), kwargs.get("max_episode_steps"))
     return EnvWorkers(workers, settings)

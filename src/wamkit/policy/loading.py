@@ -155,6 +155,50 @@ def load_from_checkpoint(path: str | Path, use_ema: bool = True, device: str | t
     )
 
 
+def reload_refusal(loaded: LoadedModel, path: str | Path) -> str | None:
+    """Why `reload_weights` cannot load `path` into `loaded` in place (None: it can): only another
+    checkpoint of the run that built it, full-weight (a LoRA run's weights were merged into copies), with
+    the same data contract."""
+    built_from = loaded.source.get("checkpoint")
+    if built_from is None:
+        return "the model was loaded from an export, not from a run's checkpoint"
+    if (loaded.experiment_config or {}).get("lora", {}).get("enabled"):
+        return "a LoRA run's adapters were merged into the weights at load time"
+    iteration, run_dir = resolve_checkpoint(path)
+    if Path(str(run_dir)).resolve() != Path(built_from).parent.parent.resolve():
+        return f"{iteration} belongs to another run than {built_from}"
+    if ckpt.read_marker(iteration).get("data_contract") != loaded.contract:
+        return f"{iteration} records another data contract than {built_from}"
+    return None
+
+
+def reload_weights(loaded: LoadedModel, path: str | Path, use_ema: bool = True) -> LoadedModel:
+    """Another checkpoint of the same run copied into `loaded.model` in place (the trained weights only:
+    frozen ones never change within a run), so every tensor keeps its address and CUDA graphs captured
+    for the model replay the new weights; a success-vs-step curve then captures its graphs once instead
+    of once per checkpoint. The same values as `load_from_checkpoint` (each fp32 value cast once to the
+    model's dtype). Raises CheckpointError naming why when `reload_refusal` has a reason."""
+    reason = reload_refusal(loaded, path)
+    if reason is not None:
+        raise CheckpointError(str(path), f"cannot be loaded in place: {reason}", "load it afresh (wamkit.policy.load_policy)")
+    iteration, _ = resolve_checkpoint(path)
+    ckpt.verify_checkpoint(iteration, (loaded.experiment_config or {}).get("checkpoint", {}).get("verify", "hash"))
+    if use_ema and not _has_ema(iteration):
+        raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
+    group = "ema" if use_ema else "model"
+    params = dict(loaded.model.named_parameters())
+    saved = ckpt.checkpoint_reader(iteration).read_metadata().state_dict_metadata
+    wanted = {key.split(".", 1)[1]: meta for key, meta in saved.items() if key.startswith(group + ".")}
+    request = {name: torch.empty(meta.size, dtype=meta.properties.dtype) for name, meta in wanted.items() if name in params}
+    ckpt.load_checkpoint(iteration, {group: request}, verify=None)  # verified above
+    with torch.no_grad():
+        for name, value in request.items():
+            params[name].copy_(value)
+    marker = ckpt.read_marker(iteration)
+    source = {"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"}
+    return dataclasses.replace(loaded, source=source)
+
+
 def load_model(path: str | Path, use_ema: bool = True, device: str | torch.device = "cpu",
                dtype: str | torch.dtype = "auto") -> LoadedModel:
     """An export directory (has wamkit.json), a run directory or a checkpoints/iter_<N> directory, as a policy or a

@@ -19,12 +19,12 @@ import torch
 from wamkit.data.canvas import compose_canvas, contract_padding
 from wamkit.diffusion.rtc import DEFAULT_MAX_GUIDANCE, InpaintTarget, soft_mask
 from wamkit.diffusion.sampling import PolicyInput, sample_policy
-from wamkit.errors import WamkitError
+from wamkit.errors import CheckpointError, WamkitError
 from wamkit.model.cuda_graphs import DecoderStackGraphs, ForwardGraphs
 from wamkit.model.cuda_graphs import compile_pointwise as compile_pointwise_ops
 from wamkit.model.attention_backends import attention_backend, install_packed_attention
 from wamkit.policy.contract import ContractModel
-from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export, load_model
+from wamkit.policy.loading import LoadedModel, load_from_checkpoint, load_from_export, load_model, reload_refusal, reload_weights
 
 
 class PolicyInputError(WamkitError, ValueError):
@@ -105,6 +105,22 @@ class Policy(ContractModel):
                     guidance: float = 1.0, dtype: str | torch.dtype = "auto") -> "Policy":
         """A directory written by wamkit.export.export_run."""
         return cls(load_from_export(directory, device=device, dtype=dtype), num_steps, guidance)
+
+    def reload_refusal(self, path: str | Path) -> str | None:
+        """Why `reload` cannot take this checkpoint (None: it can)."""
+        if getattr(self, "fp8_linears", 0):
+            return "the generation pathway was quantized to FP8 in place"
+        return reload_refusal(self.loaded, path)
+
+    def reload(self, path: str | Path, use_ema: bool = True) -> None:
+        """Another checkpoint of this policy's run, loaded into the same tensors: the graphs captured so
+        far replay it (an evaluation of every checkpoint captures its graphs once), and the text K/V
+        recorded with the old weights are dropped."""
+        reason = self.reload_refusal(path)
+        if reason is not None:
+            raise CheckpointError(str(path), f"cannot be loaded in place: {reason}", "load it afresh (load_policy)")
+        self.loaded = reload_weights(self.loaded, path, use_ema)
+        self.processor.forget_text_kv()
 
     @property
     def graph_captures(self) -> int:
