@@ -36,9 +36,14 @@
 #                              553 s (forty-first, H100, one view)             418 s (forty-first, H100, one view)
 #                              past 600 s (forty-third, H100, two views, slow
 #                              host: training began at +112 s against +41)
+#                              past 600 s (forty-fifth, H100, one view, slow    453 s (forty-fifth, H100, same host)
+#                              host: curve 130 s against 96, final loop cut
+#                              at 420 of 500 episodes)
 # The host matters as much as the card: the forty-third session's H100 host ran 2-3x slower than the forty-first's
 # (the two-view recording 83.5 s, the policy's first step 77 s after launch against 43, 350 curve episodes 159 s against
-# 96) and PHASE=1 hit the 600 s limit as its final closed loop began. RESUME=1 finishes such a call on the still-warm
+# 96) and PHASE=1 hit the 600 s limit as its final closed loop began. A cut call returns rc 124; the line "about to be cut"
+# 10 s before CALL_LIMIT says so in its output. Finish it with RESUME=1 BEFORE PHASE=2 (~150 s; the forty-fifth
+# session went on to PHASE=2 instead and lost the headline with the machine). RESUME=1 finishes such a call on the still-warm
 # machine: it keeps the recording, the runs and the reports, and every stage whose result exists is skipped (each
 # training run that ended, the curve, the final closed loop, the judge, the open loop); a stage cut midway runs again
 # from its start (a cut training run from scratch, its box in full). Its archive holds the first call's results too:
