@@ -305,6 +305,11 @@ def test_a_checkpoint_loaded_in_place_equals_it_loaded_afresh(run_dir):
     assert all(torch.equal(a, b) for a, b in pairs)
     after = policy.predict([obs], seed=3)
     assert np.array_equal(after, fresh.predict([obs], seed=3)) and not np.array_equal(after, before)
+    raw = load_policy(second, num_steps=2, use_ema=False)  # the raw weights too (--raw)
+    policy.reload(second, use_ema=False)
+    assert all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(), raw.model.state_dict().values(), strict=True))
+    assert policy.loaded.source["weights"] == "raw"
+    assert not all(torch.equal(a, b) for a, b in zip(policy.model.state_dict().values(), fresh.model.state_dict().values()))
 
 
 def test_loading_in_place_is_refused_with_the_reason(run_dir, tmp_path):

@@ -43,7 +43,8 @@ def test_a_profile_longer_than_the_run_ends_with_the_run(tmp_path, monkeypatch, 
 def test_the_trace_attributes_ops_by_time_to_the_innermost_wamkit_frame():
     """Python 3.12's profiler events hold no Python frames; the exported trace does. The innermost wamkit or
     diffusers frame around an op's start, on its own thread, names it; ops nested in ops count once; torch's
-    frames are skipped; an op outside every frame (the autograd thread) is "(other)"."""
+    frames inside ours are skipped; outside ours, the autograd node being evaluated names an op, else the innermost
+    torch frame, else it is "(other)"."""
     def span(cat, name, ts, dur, tid=1):
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
 
@@ -55,14 +56,19 @@ def test_the_trace_attributes_ops_by_time_to_the_innermost_wamkit_frame():
         span("cpu_op", "aten::add", 50, 5),
         span("python_function", "torch/nn/modules/module.py(1): _call_impl", 60, 10), span("cpu_op", "aten::mul", 61, 1),
         span("cpu_op", "autograd::engine::evaluate_function: MulBackward0", 70, 3, tid=2), span("cpu_op", "aten::mm", 70, 3, tid=2),
+        span("cuda_runtime", "cudaLaunchKernel", 71, 0.5, tid=2),
+        span("python_function", "/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_state.py(80): _pre_forward", 200, 10),
+        span("cpu_op", "aten::copy_", 201, 2), span("cpu_op", "aten::zeros", 300, 1),
         {"ph": "M", "name": "process_name", "pid": 1, "tid": 0},
     ]
     by_site = step_profile.trace_by_function(events)
     assert by_site["wamkit/diffusion/objective.py:_uniform_step"] == [1, 1, 0.002]
     assert by_site["wamkit/train/trainer.py:train_step"][:2] == [2, 0]  # aten::add and, past torch's frame, aten::mul
-    assert by_site["(other)"][:2] == [1, 0]
+    assert by_site["(backward) MulBackward0"][:2] == [1, 1]
+    assert by_site["torch/distributed/fsdp/_fully_shard/_fsdp_state.py:_pre_forward"][:2] == [1, 0]
+    assert by_site["(other)"][:2] == [1, 0]  # aten::zeros, outside every frame and node
     lines = step_profile.by_function_lines(by_site, steps=1)
-    assert "wamkit/train/trainer.py:train_step" in lines[0] and len(lines) == 3
+    assert "wamkit/train/trainer.py:train_step" in lines[0] and len(lines) == 5
 
 
 def test_a_rollout_profile_reads_its_table_from_a_trace_where_the_events_hold_no_frames(monkeypatch, capsys):

@@ -187,13 +187,21 @@ def reload_weights(loaded: LoadedModel, path: str | Path, use_ema: bool = True) 
         raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
     group = "ema" if use_ema else "model"
     params = dict(loaded.model.named_parameters())
+    buffers = {n: b for n, b in loaded.model.named_buffers() if n in loaded.model.state_dict()}  # persistent ones
     saved = ckpt.checkpoint_reader(iteration).read_metadata().state_dict_metadata
-    wanted = {key.split(".", 1)[1]: meta for key, meta in saved.items() if key.startswith(group + ".")}
-    request = {name: torch.empty(meta.size, dtype=meta.properties.dtype) for name, meta in wanted.items() if name in params}
-    ckpt.load_checkpoint(iteration, {group: request}, verify=None)  # verified above
+
+    def read_into(prefix: str, names) -> dict:  # empty tensors for the saved entries `prefix`.<name> of `names`
+        return {key[len(prefix) + 1:]: torch.empty(meta.size, dtype=meta.properties.dtype)
+                for key, meta in saved.items() if key.startswith(prefix + ".") and key[len(prefix) + 1:] in names}
+
+    request = {group: read_into(group, params)}
+    if buffers:  # a buffer that training changes (none in today's models) comes from the raw model, as a fresh load's
+        request.setdefault("model", {}).update(read_into("model", buffers))
+    ckpt.load_checkpoint(iteration, request, verify=None)  # verified above
     with torch.no_grad():
-        for name, value in request.items():
-            params[name].copy_(value)
+        for values in request.values():
+            for name, value in values.items():
+                (params[name] if name in params else buffers[name]).copy_(value)
     marker = ckpt.read_marker(iteration)
     source = {"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"}
     return dataclasses.replace(loaded, source=source)

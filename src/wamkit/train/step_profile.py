@@ -25,6 +25,10 @@ ENV = "WAMKIT_PROFILE_STEPS"
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch", "cudaMemcpyAsync")
 # A Python frame event of the profiler's tracer: "<path>/wamkit/x/y.py(123): function"
 _FRAME = re.compile(r"((?:wamkit|diffusers)/[\w/]+\.py)\(\d+\): ([\w<>]+)")
+# torch's own frames ("<path>/torch/distributed/fsdp/_fully_shard/_fsdp_state.py(80): _pre_forward") and the autograd
+# engine's node spans: where the ops outside every wamkit or diffusers frame come from (FSDP2's hooks, the backward)
+_TORCH_FRAME = re.compile(r"(torch/[\w/]+\.py)\(\d+\): ([\w<>]+)")
+_BACKWARD_NODE = "autograd::engine::evaluate_function: "
 
 
 def requested_steps() -> int:
@@ -106,38 +110,62 @@ def trace_by_function(events: list[dict]) -> dict[str, list]:
     around them, from a chrome trace's events (`traceEvents`), found by time on each thread. On the GPU
     host's Python 3.12 the profiler's events carry no Python frames (prof.events() has none; only the
     exported trace does), so the summary's attribution reads "(other)" there and this one does not.
-    Ops outside every such frame (torch's own, the autograd thread's backward) are "(other)"."""
+    Ops outside every such frame are named by the autograd node being evaluated ("(backward) MmBackward0": the
+    backward, on the autograd thread), else by the innermost torch frame (FSDP2's hooks, the optimizer); else
+    they are "(other)"."""
     by_thread = defaultdict(list)
     for e in events:
-        cat, name = e.get("cat"), e.get("name", "")
-        if e.get("ph") != "X" or cat not in ("python_function", "cpu_op", "cuda_runtime"):
-            continue
-        frame = _FRAME.search(name) if cat == "python_function" else None
-        if (cat == "python_function" and not frame) or (cat == "cpu_op" and not name.startswith("aten::")):
-            continue  # torch's own frames; autograd nodes and annotations (the aten ops inside them count)
-        kind = 0 if frame else (1 if cat == "cpu_op" else 2)  # frame, op, runtime call
-        if kind == 2 and name not in LAUNCHES:
-            continue
-        site = f"{frame.group(1)}:{frame.group(2)}" if frame else ""
-        by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), kind, -float(e.get("dur", 0.0)), site))
+        entry = _trace_entry(e)
+        if entry is not None:
+            by_thread[(e.get("pid"), e.get("tid"))].append(entry)
     by_site = defaultdict(lambda: [0, 0, 0.0])  # ops, launches, host ms of the ops
     for timeline in by_thread.values():
         timeline.sort()
-        frames: list[tuple[float, str]] = []  # open frames (end, site), innermost last
+        frames: dict[int, list[tuple[float, str]]] = {OURS: [], BACKWARD: [], TORCH: []}  # open (end, site), innermost last
         op_end = float("-inf")  # the end of the open top-level op: anything starting before it is nested
         for start, kind, neg_dur, site in timeline:
-            while frames and frames[-1][0] <= start:
-                frames.pop()
-            here = by_site[frames[-1][1] if frames else "(other)"]
-            if kind == 0:
-                frames.append((start - neg_dur, site))
-            elif kind == 1 and start >= op_end:
+            for stack in frames.values():
+                while stack and stack[-1][0] <= start:
+                    stack.pop()
+            here = by_site[next((stack[-1][1] for stack in frames.values() if stack), "(other)")]
+            if kind in frames:
+                frames[kind].append((start - neg_dur, site))
+            elif kind == OP and start >= op_end:
                 op_end = start - neg_dur
                 here[0] += 1
                 here[2] += -neg_dur / 1e3
-            elif kind == 2:
+            elif kind == LAUNCH:
                 here[1] += 1
     return by_site
+
+
+# What a trace event is to trace_by_function, in the order a site is chosen: the innermost wamkit or diffusers
+# frame, else the autograd node being evaluated, else the innermost torch frame
+OURS, BACKWARD, TORCH, OP, LAUNCH = range(5)
+
+
+def _trace_entry(e: dict) -> tuple[float, int, float, str] | None:
+    """(start, kind, -duration, site) of a span that trace_by_function reads, or None."""
+    cat, name = e.get("cat"), e.get("name", "")
+    if e.get("ph") != "X":
+        return None
+    if cat == "python_function":
+        frame, torch_frame = _FRAME.search(name), _TORCH_FRAME.search(name)
+        if frame:
+            kind, site = OURS, f"{frame.group(1)}:{frame.group(2)}"
+        elif torch_frame:
+            kind, site = TORCH, f"{torch_frame.group(1)}:{torch_frame.group(2)}"
+        else:
+            return None
+    elif cat == "cpu_op" and name.startswith(_BACKWARD_NODE):
+        kind, site = BACKWARD, "(backward) " + name[len(_BACKWARD_NODE):]
+    elif cat == "cpu_op" and name.startswith("aten::"):
+        kind, site = OP, ""
+    elif cat == "cuda_runtime" and name in LAUNCHES:
+        kind, site = LAUNCH, ""
+    else:
+        return None  # annotations and other runtime calls (the aten ops inside them count)
+    return float(e["ts"]), kind, -float(e.get("dur", 0.0)), site
 
 
 def has_frames(events) -> bool:
@@ -145,11 +173,14 @@ def has_frames(events) -> bool:
     return any(_FRAME.search(e.name) for e in events)
 
 
+TRACE_ROWS = 24  # the trace's table names backward nodes and torch's frames too: more rows than the summary's
+
+
 def trace_lines(trace: Path, units: int, unit: str = "step") -> list[str]:
     """The by-function table of an exported chrome trace (`trace_by_function`), headed."""
     by_site = trace_by_function(json.loads(Path(trace).read_text())["traceEvents"])
     return [f"by function, from the trace (ops / launches / host ms in those ops, a {unit}):",
-            *by_function_lines(by_site, units, unit)]
+            *by_function_lines(by_site, units, unit, rows=TRACE_ROWS)]
 
 
 def by_function_lines(by_site: dict, steps: int, unit: str = "step", rows: int = 12) -> list[str]:
@@ -188,10 +219,13 @@ def summary_lines(events, steps: int, wall_s: float, label: str, rows: int = 12,
     ops, launches = (sum(v[i] for v in by_site.values()) for i in (0, 1))
     bound = ("GPU-bound" if busy_ms > 0.8 * step_ms else "host-bound") if kernels else "no GPU kernels (CPU run)"
     lines = [f"profile of {label} ({steps} {unit}s): {step_ms:.1f} ms a {unit}, GPU kernels busy {busy_ms:.1f} ms "
-             f"({busy_ms / step_ms:.0%}): {bound}",
-             f"per {unit}: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies; by function "
-             f"(ops / launches / host ms in those ops, a {unit}):"]
-    lines += by_function_lines(by_site, steps, unit, rows)
+             f"({busy_ms / step_ms:.0%}): {bound}"]
+    counts = f"per {unit}: {per(ops):,.0f} top-level ops, {per(launches):,.0f} kernel launches and copies"
+    if has_frames(events):
+        lines += [f"{counts}; by function (ops / launches / host ms in those ops, a {unit}):",
+                  *by_function_lines(by_site, steps, unit, rows)]
+    else:  # Python 3.12: every op would read "(other)"; the table comes from the exported trace
+        lines.append(f"{counts} (by function: from the trace, below)")
     if kernels:
         gpu = defaultdict(float)
         for k in kernels:
