@@ -325,8 +325,10 @@ def test_loading_in_place_is_refused_with_the_reason(run_dir, tmp_path):
     assert "another data contract" in policy.reload_refusal(second)
     with pytest.raises(CheckpointError, match="another data contract"):
         policy.reload(second)
-    policy.loaded = dataclasses.replace(loaded, source={"export": "somewhere"})
-    assert "export" in policy.reload_refusal(second)
+    from wamkit.export import export_run
+
+    exported = load_policy(export_run(run_dir, tmp_path / "export"), num_steps=1)
+    assert "export" in exported.reload_refusal(second)
     policy.loaded = dataclasses.replace(loaded, experiment_config={**loaded.experiment_config, "lora": {"enabled": True}})
     assert "LoRA" in policy.reload_refusal(second)
     policy.loaded = dataclasses.replace(loaded, source={**loaded.source, "checkpoint": str(tmp_path / "other" / "checkpoints" / "iter_2")})

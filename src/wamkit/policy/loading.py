@@ -160,7 +160,7 @@ def reload_refusal(loaded: LoadedModel, path: str | Path) -> str | None:
     checkpoint of the run that built it, full-weight (a LoRA run's weights were merged into copies), with
     the same data contract."""
     built_from = loaded.source.get("checkpoint")
-    if built_from is None:
+    if "export" in loaded.source or built_from is None:  # an export's source names its run's checkpoint too
         return "the model was loaded from an export, not from a run's checkpoint"
     if (loaded.experiment_config or {}).get("lora", {}).get("enabled"):
         return "a LoRA run's adapters were merged into the weights at load time"
