@@ -249,10 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     wm.add_argument("--out", help="output directory (default: <run>/eval_wm/iter_<N> or <export>/eval_wm)")
     wm.add_argument("--device", default="auto", help=DEVICE_HELP)
     wm.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
-    wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model against their eval sim success")
+    wmp = eval_sub.add_parser("wm-policy", help="rank policies by closed-loop rollouts imagined in a world model (against their eval sim success when given)")
     wmp.add_argument("world_model", help="forward-dynamics run directory, checkpoints/iter_<N> directory or export directory")
     wmp.add_argument("--policies", nargs="+", required=True, metavar="PATH", help="at least 2 policy checkpoints/exports, e.g. RUN/checkpoints/iter_*")
-    wmp.add_argument("--sim-reports", nargs="+", required=True, metavar="RESULTS", help="one `wamkit eval sim` results.json (or its directory) per policy, same order")
+    wmp.add_argument("--sim-reports", nargs="+", metavar="RESULTS", help="one `wamkit eval sim` results.json (or its directory) per "
+                     "policy, same order: the ranking is rank-correlated with their success (without them: the ranking alone, "
+                     "over every task's held-out episodes)")
     wmp.add_argument("--dataset", help="recorded successful episodes (default: the world model's training dataset)")
     wmp.add_argument("--episodes", type=int, nargs="*", default=None, help="episode indices (default: the world model's validation episodes of the sim task)")
     wmp.add_argument("--state", choices=["none", "recorded", "affine"], default="none",
@@ -260,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "model fit on the dataset's other episodes; its fit is in the report); 'recorded', the recorded state at "
                      "the same step (leaks the expert's trajectory)")
     wmp.add_argument("--score", choices=["best", "final"], default="best", help="closest approach to the goal frame, or the last imagined frame")
-    wmp.add_argument("--horizon", type=int, default=None, help="actions executed per re-plan (default: each sim report's)")
+    wmp.add_argument("--horizon", type=int, default=None, help="actions executed per re-plan (default: each sim report's, else the chunk)")
     wmp.add_argument("--max-steps", type=int, default=None, help="imagined frames per episode (default: the longest recorded episode)")
-    wmp.add_argument("--policy-steps", type=int, default=None, help="policy denoising steps (default: each sim report's)")
+    wmp.add_argument("--policy-steps", type=int, default=None, help="policy denoising steps (default: each sim report's, else 10)")
     wmp.add_argument("--num-steps", type=int, default=30, help="world-model denoising steps per chunk")
     wmp.add_argument("--shift", type=float, default=None, help="world-model noise shift (default: the training shift)")
     wmp.add_argument("--guidance", type=float, default=1.0, help="world-model classifier-free guidance scale (1.0 = off)")

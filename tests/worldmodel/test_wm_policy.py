@@ -295,6 +295,33 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
     assert "training step" in capsys.readouterr().err
 
 
+def test_without_sim_reports_the_judge_ranks_the_policies_alone(runs, tmp_path, capsys):
+    """A policy no simulator can evaluate (a real robot's) is still ranked: by the imagined score alone, over the
+    policies' whole chunk and 10 denoising steps (eval sim's defaults), with no success and no correlation claimed;
+    a merge of such reports ranks their rows together the same way."""
+    run = runs[0]
+    out = tmp_path / "alone"
+    args = ["eval", "wm-policy", str(run), "--policies", *(str(_ckpt(run, s)) for s in (1, 3)), "--episodes", *map(str, EPISODES),
+            "--num-steps", "2", "--max-steps", "16", "--no-videos", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert "correlation" not in report and report["env_name"] is None and report["episodes"] == EPISODES
+    rows = report["policies"]
+    assert all(r["success_rate"] is None and r["true_rank"] is None and r["sim_report"] is None for r in rows)
+    assert all(r["execute_horizon"] == load_policy(_ckpt(run, 1)).chunk_length for r in rows)
+    assert sorted(r["predicted_rank"] for r in rows) == [1.0, 2.0]
+    best = min(rows, key=lambda r: r["predicted_rank"])
+    assert best["episode_rank"] == min(r["episode_rank"] for r in rows)
+    assert "No sim reports" in printed and printed.index(f"| {best['label']} |") < printed.index("(reference)")
+    assert "env: none (no sim reports)" in (out / "report.md").read_text()
+    merged = PE.merge_reports([out, out], tmp_path / "merged")  # the same judge twice: ties, still no correlation
+    assert "correlation" not in merged and sorted(r["predicted_rank"] for r in merged["policies"]) == [1.5, 1.5, 3.5, 3.5]
+    # the sim reports, when given, must still be one per policy
+    rep = _sim_report(tmp_path / "one", 1, 1)
+    assert main(args + ["--sim-reports", str(rep)]) == 2 and "got 1 for 2 policies" in capsys.readouterr().err
+
+
 def test_state_policies_need_state_recorded(runs, tmp_path, capsys):
     run, stateful, _, _ = runs
     reports = [_sim_report(tmp_path / "r4", 4, 2), _sim_report(tmp_path / "r3", 3, 5)]

@@ -64,6 +64,7 @@ STATE_FIT_MAX_EPISODES = 1000  # the affine state model's fit: a few hundred epi
 SCORES = ("best", "final")
 # regions a rollout is scored over: the whole frame (the primary score), and the pixels the recorded episode changes
 SCORE_REGIONS = ("frame", "changed")
+DEFAULT_POLICY_STEPS = 10  # a policy's denoising steps without a sim report to copy them from (eval sim's default)
 RANKED_BY_TEXT = {"episode_rank": "ranked by the mean episode rank", "mean_score": "ranked by the mean score"}
 CHANGED_THRESHOLD = 16.0  # of 255 on any channel: a pixel the recorded episode changed
 CHANGED_DILATE_PX = 2  # grown by this much, so an arm or object a few pixels off still falls inside
@@ -493,6 +494,8 @@ def write_media(out: Path, label: str, video: torch.Tensor, goal: torch.Tensor, 
 
 def summary_lines(report: dict) -> list[str]:
     """The policy table (references below it) and the rank correlation: report.md's core and the CLI's output."""
+    if "correlation" not in report:
+        return ranking_lines(report)
     c = report["correlation"]
     lines = ["| policy | predicted score [dB] | ± s.e. | mean episode rank | predicted rank | true success | 95% CI | true rank "
              "| changed-region score [dB] |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -521,6 +524,22 @@ def summary_lines(report: dict) -> list[str]:
     return lines
 
 
+def ranking_lines(report: dict) -> list[str]:
+    """summary_lines of a judge run without sim reports: the world model's ranking alone."""
+    lines = ["| policy | predicted score [dB] | ± s.e. | mean episode rank | predicted rank | changed-region score [dB] |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for p in sorted(report["policies"], key=lambda row: row["predicted_rank"]):
+        lines.append(f"| {p['label']} | {_fmt(p['score'], 2)} | {_fmt(p['sem'], 2)} | {_fmt(p.get('episode_rank'), 2)} | "
+                     f"{p['predicted_rank']:g} | {_changed_score(p)} |")
+    for name, ref in report["references"].items():
+        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | {_changed_score(ref)} |")
+    response = action_response(report["references"])
+    if response:
+        lines += ["", action_response_text(response)]
+    return lines + ["", "No sim reports: the world model's ranking alone, best first (pass one `wamkit eval sim` "
+                    "results.json per policy with --sim-reports to rank-correlate it with sim success)."]
+
+
 def _correlation_text(c: dict) -> str:
     """What follows a correlation's rho: its p-value and how it was computed, Kendall's tau-b and n."""
     return (f"(two-sided p {_fmt(c.get('spearman_p', c['spearman_p_exact']))}, "
@@ -538,7 +557,8 @@ def write_markdown(path: Path, report: dict) -> None:
     lines = [
         "# World model as a policy evaluator", "",
         "world model: `" + ", ".join(f"{k}={v}" for k, v in report["world_model"].items()) + "`  ", f"dataset: `{report['dataset']}`  episodes: {report['episodes']} "
-        f"(held out: {report['held_out']})  ", f"env: `{report['env_name']}`  task: \"{report['task']}\"  ",
+        f"(held out: {report['held_out']})  ",
+        f"env: `{report['env_name']}`  task: \"{report['task']}\"  " if report["env_name"] else "env: none (no sim reports)  ",
         f"score: **{s['score']}** PSNR [dB] of frames 1..{s['max_steps']} to the recorded goal (last) frame; "
         f"state: {s['state']}; world model {s['num_steps']} {s['solver']} steps, seed {s['seed']}", "",
         *summary_lines(report), "",
@@ -562,16 +582,17 @@ def _values(xs) -> str:
 
 
 def _check_counts(n_policies: int, n_reports: int, min_policies: int = 2) -> None:
+    """Enough policies, and one sim report for each or none (the world model's ranking alone)."""
     if n_policies < min_policies:
         raise WorldModelError("policies", f"got {n_policies}; this needs at least {min_policies}",
                               "pass several policies (e.g. checkpoints of one run: --policies RUN/checkpoints/iter_*)")
-    if n_reports != n_policies:
+    if n_reports and n_reports != n_policies:
         raise WorldModelError("sim-reports", f"got {n_reports} for {n_policies} policies",
                               "pass one `wamkit eval sim` results.json per policy, in the order of --policies")
 
 
 def _check_reports(policies: list, reports: list[SimReport], labels: list[str], min_policies: int = 2) -> None:
-    """One report per policy, all from one env, each for its policy's training step."""
+    """One report per policy (or none), all from one env, each for its policy's training step."""
     _check_counts(len(policies), len(reports), min_policies)
     envs = sorted({r.env_name for r in reports})
     if len(envs) > 1:
@@ -590,8 +611,10 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
         raise WorldModelError("score", f"{score!r} is not understood", f"use one of {list(SCORES)}")
     labels = _unique([policy_label(p) for p in policies])
     _check_reports(policies, reports, labels, min_policies)
-    horizons = [int(horizon or r.execute_horizon) for r in reports]
-    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].tasks, episodes)]
+    # without sim reports: what `wamkit eval sim` defaults to (the whole chunk), over every task's held-out episodes
+    horizons = [int(horizon or (r.execute_horizon if r else p.chunk_length)) for p, r in zip(policies, _each(reports, policies))]
+    tasks = reports[0].tasks if reports else tuple(dataset.episode_task(e) for e in dataset.episode_indices)
+    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, tasks, episodes)]
     too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
     if too_short:
         raise WorldModelError("episodes", f"{too_short} have fewer than chunk_length + 1 = {wm.chunk_length + 1} frames",
@@ -603,11 +626,22 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
     return labels, horizons, eps
 
 
-def _policy_row(label: str, policy, report: SimReport, horizon: int, scores: dict, curves: dict, wall: float) -> dict:
-    return {"label": label, "source": policy.loaded.source, "sim_report": report.path, "execute_horizon": horizon,
-            **_scored(scores), "success_rate": report.success_rate, "best_reward": report.mean_best_reward,
-            "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95),
+def _each(reports: list[SimReport], policies: list) -> list[SimReport | None]:
+    """Each policy's sim report, or None for every policy when the judge ranks them without any."""
+    return list(reports) if reports else [None] * len(policies)
+
+
+def _policy_row(label: str, policy, report: SimReport | None, horizon: int, scores: dict, curves: dict, wall: float) -> dict:
+    sim = ({"sim_report": report.path, "success_rate": report.success_rate, "best_reward": report.mean_best_reward,
+            "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95)} if report else
+           {"sim_report": None, "success_rate": None, "best_reward": None})
+    return {"label": label, "source": policy.loaded.source, "execute_horizon": horizon, **_scored(scores), **sim,
             "goal_psnr_by_step": [float(x) for x in torch.stack(curves["frame"]).mean(0)], "wall_seconds": wall}
+
+
+def _have_success(rows: list[dict]) -> bool:
+    """Whether every row carries its sim success (a judge run without sim reports ranks without it)."""
+    return all(r.get("success_rate") is not None for r in rows)
 
 
 def episode_ranks(per_episode: list[list[float]]) -> np.ndarray | None:
@@ -623,7 +657,9 @@ def episode_ranks(per_episode: list[list[float]]) -> np.ndarray | None:
 def _correlations(rows: list[dict]) -> dict:
     """The primary rank correlation (by episode rank where every row has one, else by mean score), the mean
     score's beside it, and one per score region that every row carries (merged reports may mix rows written
-    before regions were scored: those regions are left out)."""
+    before regions were scored: those regions are left out). None without every row's sim success."""
+    if not _have_success(rows):
+        return {}
     true = [r["success_rate"] for r in rows]
     by_region = {region: rank_correlation([r["by_region"][region]["score"] for r in rows], true)
                  for region in SCORE_REGIONS if all(region in r.get("by_region", {}) for r in rows)}
@@ -650,18 +686,20 @@ def _add_ranks(rows: list[dict]) -> None:
         for r, er in zip(rows, ranks):
             r["episode_rank"] = float(er)
     predicted = average_ranks(ranks if ranks is not None else -np.asarray([r["score"] for r in rows]))
-    true = average_ranks(-np.asarray([r["success_rate"] for r in rows]))
+    true = average_ranks(-np.asarray([r["success_rate"] for r in rows])) if _have_success(rows) else [None] * len(rows)
     for r, pr, tr in zip(rows, predicted, true):
-        r["predicted_rank"], r["true_rank"] = float(pr), float(tr)
+        r["predicted_rank"], r["true_rank"] = float(pr), (None if tr is None else float(tr))
 
 
-def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, out_dir: Path,
+def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport] | None, dataset: LeRobotV3Dataset, out_dir: Path,
                       episodes=None, state: str = "none", score: str = "best", horizon: int | None = None,
                       max_steps: int | None = None, policy_steps: int | None = None, seed: int = 0,
                       videos: bool = True, min_policies: int = 2) -> dict:
-    """Imagine every policy on every episode, score it, rank-correlate with the true success rates;
-    writes out_dir/report.{json,md}, videos/ and strip.png. `min_policies` = 1 scores a lone policy (no
+    """Imagine every policy on every episode, score it, rank-correlate with the true success rates (`reports`,
+    one `wamkit eval sim` report per policy; without them the world model's ranking alone, for policies that no
+    simulator can evaluate); writes out_dir/report.{json,md}, videos/ and strip.png. `min_policies` = 1 scores a lone policy (no
     correlation) for `merge_reports` to rank beside others scored by the same world model elsewhere."""
+    reports = list(reports or [])
     labels, horizons, eps = _prepare(wm, policies, reports, dataset, episodes, state, score, horizon, min_policies)
     state_models = (fit_state_models(dataset, state_keys(policies, wm), wm.contract.get("action_key") or "action", eps)
                     if state == "affine" else {})
@@ -669,10 +707,11 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
     goal = eps[0].frames[-1]
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, files, strips = [], [], {}
-    for policy, report, label, h in zip(policies, reports, labels, horizons):
+    for policy, report, label, h in zip(policies, _each(reports, policies), labels, horizons):
         wall = time.perf_counter()
-        scores, curves, strips[label] = score_policy(policy, wm, dataset, eps, h, steps, score, seed,
-                                                     policy_steps or report.num_steps, state_models=state_models)
+        steps_per_chunk = policy_steps or (report.num_steps if report else DEFAULT_POLICY_STEPS)
+        scores, curves, strips[label] = score_policy(policy, wm, dataset, eps, h, steps, score, seed, steps_per_chunk,
+                                                     state_models=state_models)
         rows.append(_policy_row(label, policy, report, h, scores, curves, time.perf_counter() - wall))
         if videos:
             files.append(write_media(out_dir, label, strips[label], goal, wm.fps))
@@ -685,7 +724,8 @@ def evaluate_policies(wm: WorldModel, policies: list, reports: list[SimReport], 
     val = set(int(e) for e in wm.contract.get("val_episodes") or [])
     report = _json_safe({
         "format": "wamkit-wm-policy-report", "version": 1, "world_model": wm.loaded.source, "dataset": str(dataset.root),
-        "env_name": reports[0].env_name, "task": reports[0].task, "episodes": [ep.episode for ep in eps],
+        "env_name": reports[0].env_name if reports else None, "task": reports[0].task if reports else None,
+        "episodes": [ep.episode for ep in eps],
         "held_out": all(ep.episode in val for ep in eps),
         "settings": {"score": score, "state": state, "max_steps": steps, "seed": seed, "num_steps": wm.num_steps,
                      "solver": wm.solver, "guidance": wm.guidance, "shift": wm.shift_for(eps[0].frames[0]),
@@ -768,12 +808,12 @@ def eval_wm_policy_main(world_model, policies, sim_reports, dataset=None, episod
     """`wamkit eval wm-policy`: load everything, evaluate, print the table; 0 on success."""
     from wamkit.eval.sim_eval import load_policy
 
-    reports = [load_sim_report(p) for p in sim_reports]  # cheap checks before loading any model
+    reports = [load_sim_report(p) for p in sim_reports or []]  # cheap checks before loading any model
     _check_counts(len(policies), len(reports))
     wm = WorldModel.from_path(world_model, device=device, dtype=dtype, num_steps=num_steps, shift=shift, guidance=guidance, solver=solver)
     loaded = [load_policy(p, device=device, dtype=dtype) for p in policies]
     ds = LeRobotV3Dataset(dataset or wm.contract["dataset"])
-    out = Path(out_dir) if out_dir else Path("eval") / "wm_policy" / reports[0].env_name.replace("/", "_")
+    out = Path(out_dir) if out_dir else Path("eval") / "wm_policy" / (reports[0].env_name.replace("/", "_") if reports else "imagined")
     report = evaluate_policies(wm, loaded, reports, ds, out, episodes=episodes, state=state, score=score, horizon=horizon,
                                max_steps=max_steps, policy_steps=policy_steps, seed=seed, videos=videos)
     print("\n".join(summary_lines(report)))
