@@ -497,17 +497,7 @@ def summary_lines(report: dict) -> list[str]:
     if "correlation" not in report:
         return ranking_lines(report)
     c = report["correlation"]
-    lines = ["| policy | predicted score [dB] | ± s.e. | mean episode rank | predicted rank | true success | 95% CI | true rank "
-             "| changed-region score [dB] |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p in report["policies"]:
-        lines.append(f"| {p['label']} | {_fmt(p['score'], 2)} | {_fmt(p['sem'], 2)} | {_fmt(p.get('episode_rank'), 2)} | "
-                     f"{p['predicted_rank']:g} | {p['successes']}/{p['sim_episodes']} = {p['success_rate']:.3f} | "
-                     f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f} | {p['true_rank']:g} | {_changed_score(p)} |")
-    for name, ref in report["references"].items():
-        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | | | | {_changed_score(ref)} |")
-    response = action_response(report["references"])
-    if response:
-        lines += ["", action_response_text(response)]
+    lines = _policy_table(report, report["policies"], with_sim=True)
     by = RANKED_BY_TEXT[c.get("ranked_by", "mean_score")]
     lines += ["", f"**Spearman rho {_fmt(c['spearman_rho'])}** ({by}) {_correlation_text(c)} " + c.get("note", "")]
     mean_score = report.get("correlation_by_aggregate", {}).get("mean_score")
@@ -525,19 +515,30 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def ranking_lines(report: dict) -> list[str]:
-    """summary_lines of a judge run without sim reports: the world model's ranking alone."""
-    lines = ["| policy | predicted score [dB] | ± s.e. | mean episode rank | predicted rank | changed-region score [dB] |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for p in sorted(report["policies"], key=lambda row: row["predicted_rank"]):
-        lines.append(f"| {p['label']} | {_fmt(p['score'], 2)} | {_fmt(p['sem'], 2)} | {_fmt(p.get('episode_rank'), 2)} | "
-                     f"{p['predicted_rank']:g} | {_changed_score(p)} |")
+    """summary_lines of a judge run without sim reports: the world model's ranking alone, best first."""
+    best_first = sorted(report["policies"], key=lambda row: row["predicted_rank"])
+    return _policy_table(report, best_first, with_sim=False) + [
+        "", "No sim reports: the world model's ranking alone, best first (pass one `wamkit eval sim` results.json per "
+        "policy with --sim-reports to rank-correlate it with sim success)."]
+
+
+def _policy_table(report: dict, rows: list[dict], with_sim: bool) -> list[str]:
+    """The policies' rows (with their sim success, CI and true rank when `with_sim`), the references below
+    them and the action response."""
+    sim_heads = ["true success", "95% CI", "true rank"] if with_sim else []
+    heads = ["policy", "predicted score [dB]", "± s.e.", "mean episode rank", "predicted rank", *sim_heads, "changed-region score [dB]"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + " --- |" * len(heads)]
+    for p in rows:
+        sim = [f"{p['successes']}/{p['sim_episodes']} = {p['success_rate']:.3f}", f"{p['ci95'][0]:.3f} – {p['ci95'][1]:.3f}",
+               f"{p['true_rank']:g}"] if with_sim else []
+        cells = [p["label"], _fmt(p["score"], 2), _fmt(p["sem"], 2), _fmt(p.get("episode_rank"), 2), f"{p['predicted_rank']:g}",
+                 *sim, _changed_score(p)]
+        lines.append("| " + " | ".join(cells) + " |")
     for name, ref in report["references"].items():
-        lines.append(f"| *{name} (reference)* | {_fmt(ref['score'], 2)} | {_fmt(ref['sem'], 2)} | | | {_changed_score(ref)} |")
+        cells = [f"*{name} (reference)*", _fmt(ref["score"], 2), _fmt(ref["sem"], 2), "", "", *[""] * len(sim_heads), _changed_score(ref)]
+        lines.append("| " + " | ".join(cells) + " |")
     response = action_response(report["references"])
-    if response:
-        lines += ["", action_response_text(response)]
-    return lines + ["", "No sim reports: the world model's ranking alone, best first (pass one `wamkit eval sim` "
-                    "results.json per policy with --sim-reports to rank-correlate it with sim success)."]
+    return lines + (["", action_response_text(response)] if response else [])
 
 
 def _correlation_text(c: dict) -> str:
