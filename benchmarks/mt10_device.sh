@@ -26,8 +26,11 @@
 #                              and the LR schedule fitted to the box)
 #   closed loop, seed 1000     curve: FRACTIONS' checkpoints x 5/task          ACT, DP: 50/task side by side
 #                              (~22 s a checkpoint); final: 50/task            (59 and 139 s) and their judge
-#   world-model judge          (500 episodes) with the judge beside it once    scores; the merge 15
-#                              the world model is done
+#   world-model judge          (500 episodes); since the forty-fifth session   scores; the merge 15
+#                              the judge imagines every checkpoint beside
+#                              both loops from when the world model is done
+#                              (no sim results needed) and the curve's
+#                              success is attached at the end
 #   total                      577 s measured (2026-12-03, fourteenth)         468 s measured
 #                              TRAIN_S=260: 548 s (twentieth)                 TRAIN_S=260: 457 s (twentieth), before
 #                                                                             JUDGE_STATES' second mode (~110 s more)
@@ -81,7 +84,8 @@
 # all 15 observations in one GPU batch per chunk (wamkit.eval.batched); serially, 500 episodes would be
 # ~25 minutes. Evaluation seeds (1000) never overlap the recording's (0); 8 actions executed per chunk
 # of 16 for every method. The world model (recipes/metaworld_fd_mt10.toml) ranks the policy's checkpoints
-# (FRACTIONS) by imagined closest approach to the recorded goal frame against their sim success
+# (FRACTIONS) by imagined closest approach to the recorded goal frame against their sim success (attached afterwards:
+# `eval wm-policy` without --sim-reports, then `eval wm-policy-merge --sim-reports`)
 # (`wamkit eval wm-policy --state S`); ACT and DP are judged in PHASE=2's processes
 # (policy_quality.py --judge-world-model) when PHASE=1's world model is still on the machine. JUDGE_STATES: the states
 # the policies are shown in imagination, the first one PHASE=1's (and the headline ranking, eval/judge_all); PHASE=2
@@ -303,6 +307,15 @@ phase1() {
   fi
   if [ -n "$policy_pid" ]; then wait "$policy_pid"; fi
   trained policy
+  # the judge imagines every checkpoint in the world model beside the closed loops (it needs no sim results for that:
+  # `eval wm-policy` without --sim-reports); the curve's reports are attached when both are done (wm-policy-merge)
+  local judge_pid="" judge_kept=0
+  kept "$EV/judge/report.json" "the judge" && judge_kept=1
+  if [ "$CURVE_EPS" -gt 0 ] && [ "$judge_kept" = 0 ]; then
+    # the world model's training is the main shell's child, which this subshell cannot `wait` for
+    { while [ -n "$wm_pid" ] && kill -0 "$wm_pid" 2>/dev/null; do sleep 2; done; judge_alone; } &
+    judge_pid=$!
+  fi
   [ "${GRAPH_CHECK:-0}" = 1 ] && graph_check  # 47 s; matched exactly on 2026-12-03 (RESULTS.md), so off by default
   # CURVE_EPS=0: no curve (and so no judge): the final closed loop alone
   if [ "$CURVE_EPS" -gt 0 ] && ! kept "$EV/curve/results.json" "the curve"; then
@@ -312,11 +325,9 @@ phase1() {
       --workers "$W" --device "$DEVICE" --out "$EV/curve" --videos 0 "${EVAL_SET[@]}" > "$LOG/eval_curve.log" 2>&1 || tail -20 "$LOG/eval_curve.log"
     pack1
   fi
-  # the judge (GPU-bound world-model rollouts, one host process) runs beside the final closed loop (15 simulator
-  # processes on the host) once the world model is done: the two overlap instead of adding ~80 s
   if ! kept "$EV/final/results.json" "the final closed loop"; then
     rm -rf "$EV/final"
-    stamp "closed loop: the last checkpoint at $EPISODES/task (the judge beside it once the world model is done)"
+    stamp "closed loop: the last checkpoint at $EPISODES/task"
     # packed the moment it ends: a call cut in the judge (which may outlast it) still sends the headline number back
     { wamkit eval sim "$RUNS/policy" "$ENVS" --episodes "$EPISODES" --seed $SEED --horizon $HORIZON --workers "$W" \
         --device "$DEVICE" --out "$EV/final" --expert-trace "${EVAL_SET[@]}" > "$LOG/eval_final.log" 2>&1
@@ -325,7 +336,12 @@ phase1() {
   fi
   if [ -n "$wm_pid" ]; then wait "$wm_pid"; fi
   if [ -d "$RUNS/wm" ]; then trained wm; fi
-  if [ -d "$EV/curve" ] && ! kept "$EV/judge/report.json" "the judge"; then judge; stamp "judge done"; fi
+  if [ -n "$judge_pid" ]; then wait "$judge_pid"; fi
+  if [ "$judge_kept" = 0 ] && [ -f "$EV/judge_alone/report.json" ] && [ -f "$EV/curve/results.json" ]; then
+    wamkit eval wm-policy-merge "$EV/judge_alone" --sim-reports $(ls -d "$EV"/curve/step_* | sort) --out "$EV/judge" \
+      > "$LOG/judge.log" 2>&1 || tail -20 "$LOG/judge.log"
+    stamp "judge done: the curve's success attached"
+  fi
   [ -f "$LOG/judge.log" ] && grep -h "Spearman rho" "$LOG/judge.log"  # the whole-frame score's, then the changed region's
   # the same policy in the recorded expert's states, beside the end of the final closed loop (~30 s): with the closed
   # loop's expert trace, it tells a policy that cannot see the object from one that drifts off the data
@@ -352,6 +368,17 @@ pack1() {  # after every stage, so a call cut at its limit still sends back what
   local videos; videos=$(cd "$WORK" && find eval/final -name '*.mp4' 2>/dev/null)
   [ -n "$videos" ] && pack_into "$OUT/videos_phase1.tgz" -C "$WORK" $videos
   return 0
+}
+
+judge_alone() {  # PHASE=1's judge: the world model ranks every checkpoint, without sim reports (beside the closed loops)
+  kept "$EV/judge_alone/report.json" "the judge's imagination" && return
+  local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
+  local policies; policies=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort)  # zero-padded: the curve's step order
+  stamp "judge: $wm imagines $(echo "$policies" | wc -l) checkpoints, the ${JUDGE_STATE_LIST[0]} state (beside the closed loops)"
+  wamkit eval wm-policy "$wm" --policies $policies --state "${JUDGE_STATE_LIST[0]}" --horizon $HORIZON --max-steps "$JUDGE_STEPS" \
+    --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge_alone" > "$LOG/judge_alone.log" 2>&1 || tail -20 "$LOG/judge_alone.log"
+  stamp "judge: imagined"
 }
 
 judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and sim reports in the same step order)

@@ -289,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     wmm = eval_sub.add_parser("wm-policy-merge", help="one ranking from wm-policy reports of the same world model, episodes and settings")
     wmm.add_argument("reports", nargs="+", metavar="REPORT", help="`wamkit eval wm-policy` output directories or their report.json")
     wmm.add_argument("--out", help="output directory (default: <first report's parent>/merged)")
+    wmm.add_argument("--sim-reports", nargs="+", metavar="RESULTS", help="one `wamkit eval sim` results.json per merged policy "
+                     "(in the merged order) for reports judged without them: the ranking is then rank-correlated with their success")
 
     return parser
 
@@ -378,7 +380,7 @@ def _dispatch(args) -> int:
     if args.command == "eval" and args.eval_command == "wm-policy-merge":
         from wamkit.worldmodel.policy_eval import merge_main
 
-        return merge_main(args.reports, args.out)
+        return merge_main(args.reports, args.out, args.sim_reports)
     if args.command == "eval" and args.eval_command == "wm-policy":
         from wamkit.worldmodel.policy_eval import eval_wm_policy_main
 

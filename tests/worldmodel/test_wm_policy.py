@@ -297,12 +297,12 @@ def test_eval_wm_policy_end_to_end(runs, tmp_path, capsys):
 
 def test_without_sim_reports_the_judge_ranks_the_policies_alone(runs, tmp_path, capsys):
     """A policy no simulator can evaluate (a real robot's) is still ranked: by the imagined score alone, over the
-    policies' whole chunk and 10 denoising steps (eval sim's defaults), with no success and no correlation claimed;
-    a merge of such reports ranks their rows together the same way."""
+    policies' whole chunk (eval sim's default), with no success and no correlation claimed; a merge of such reports
+    ranks their rows together the same way, and one given the sim reports afterwards equals the judge given them."""
     run = runs[0]
     out = tmp_path / "alone"
     args = ["eval", "wm-policy", str(run), "--policies", *(str(_ckpt(run, s)) for s in (1, 3)), "--episodes", *map(str, EPISODES),
-            "--num-steps", "2", "--max-steps", "16", "--no-videos", "--out", str(out)]
+            "--num-steps", "2", "--policy-steps", "2", "--max-steps", "16", "--no-videos", "--out", str(out)]
     assert main(args) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
@@ -320,6 +320,20 @@ def test_without_sim_reports_the_judge_ranks_the_policies_alone(runs, tmp_path, 
     # the sim reports, when given, must still be one per policy
     rep = _sim_report(tmp_path / "one", 1, 1)
     assert main(args + ["--sim-reports", str(rep)]) == 2 and "got 1 for 2 policies" in capsys.readouterr().err
+
+    # attached afterwards (a judge that ran beside the closed loops): the report the judge writes when given them
+    sims = [str(_sim_report(tmp_path / f"sim/step_{s:09d}", s, k)) for s, k in ((1, 2), (3, 7))]
+    merge = ["eval", "wm-policy-merge", str(out), "--out", str(tmp_path / "attached"), "--sim-reports"]
+    assert main(merge + sims[::-1]) == 2 and "training step" in capsys.readouterr().err  # out of order
+    assert main(merge + sims) == 0
+    attached = json.loads((tmp_path / "attached" / "report.json").read_text())
+    assert main(args[:-2] + ["--out", str(tmp_path / "with"), "--sim-reports", *sims]) == 0
+    judged = json.loads((tmp_path / "with" / "report.json").read_text())
+    assert attached["correlation"] == judged["correlation"] and attached["env_name"] == judged["env_name"] == "demo/reach"
+    keys = ("score", "episode_rank", "predicted_rank", "success_rate", "true_rank", "ci95", "sim_report")
+    assert [[r[k] for k in keys] for r in attached["policies"]] == [[r[k] for k in keys] for r in judged["policies"]]
+    assert main(["eval", "wm-policy-merge", str(tmp_path / "with"), "--sim-reports", *sims]) == 2
+    assert "has its sim success already" in capsys.readouterr().err
 
 
 def test_state_policies_need_state_recorded(runs, tmp_path, capsys):

@@ -595,14 +595,18 @@ def _check_counts(n_policies: int, n_reports: int, min_policies: int = 2) -> Non
 def _check_reports(policies: list, reports: list[SimReport], labels: list[str], min_policies: int = 2) -> None:
     """One report per policy (or none), all from one env, each for its policy's training step."""
     _check_counts(len(policies), len(reports), min_policies)
+    _check_env_and_steps(reports, [p.loaded.source.get("step") for p in policies], labels, "pass the reports in the order of --policies")
+
+
+def _check_env_and_steps(reports: list[SimReport], steps: list, labels: list[str], order_fix: str) -> None:
+    """The reports come from one env, and each is for its policy's training step (where both are known)."""
     envs = sorted({r.env_name for r in reports})
     if len(envs) > 1:
         raise WorldModelError("sim-reports", f"come from different envs {envs}", "compare policies on one env")
-    for policy, report, label in zip(policies, reports, labels):
-        step = policy.loaded.source.get("step")
+    for report, step, label in zip(reports, steps, labels):
         if report.training_step is not None and step is not None and int(step) >= 0 and int(step) != report.training_step:
             raise WorldModelError(f"sim report {report.path}", f"is for training step {report.training_step}, "
-                                  f"policy {label} is step {step}", "pass the reports in the order of --policies")
+                                  f"policy {label} is step {step}", order_fix)
 
 
 def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: LeRobotV3Dataset, episodes, state: str,
@@ -633,11 +637,16 @@ def _each(reports: list[SimReport], policies: list) -> list[SimReport | None]:
 
 
 def _policy_row(label: str, policy, report: SimReport | None, horizon: int, scores: dict, curves: dict, wall: float) -> dict:
-    sim = ({"sim_report": report.path, "success_rate": report.success_rate, "best_reward": report.mean_best_reward,
-            "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95)} if report else
-           {"sim_report": None, "success_rate": None, "best_reward": None})
-    return {"label": label, "source": policy.loaded.source, "execute_horizon": horizon, **_scored(scores), **sim,
+    return {"label": label, "source": policy.loaded.source, "execute_horizon": horizon, **_scored(scores), **_sim_fields(report),
             "goal_psnr_by_step": [float(x) for x in torch.stack(curves["frame"]).mean(0)], "wall_seconds": wall}
+
+
+def _sim_fields(report: SimReport | None) -> dict:
+    """A row's sim success, from its `wamkit eval sim` report (None: the row has none)."""
+    if report is None:
+        return {"sim_report": None, "success_rate": None, "best_reward": None}
+    return {"sim_report": report.path, "success_rate": report.success_rate, "best_reward": report.mean_best_reward,
+            "successes": report.successes, "sim_episodes": report.episodes, "ci95": list(report.ci95)}
 
 
 def _have_success(rows: list[dict]) -> bool:
@@ -761,11 +770,13 @@ def load_judge_report(path: str | Path) -> tuple[Path, dict]:
     return path, report
 
 
-def merge_reports(sources: list, out_dir: Path) -> dict:
+def merge_reports(sources: list, out_dir: Path, sim_reports: list | None = None) -> dict:
     """One ranking from judge reports that one world model wrote with the same settings over the same
     episodes (wamkit checkpoints judged by `wamkit eval wm-policy`, LeRobot policies judged in the process
     that trained them: benchmarks/policy_quality.py --judge-world-model): the rows side by side, ranks and
-    the rank correlation computed again; writes out_dir/report.{json,md}."""
+    the rank correlation computed again; writes out_dir/report.{json,md}. `sim_reports`: one `wamkit eval sim`
+    results.json per row, in the merged order, for rows judged without one (a judge that ran beside the closed
+    loops, before their results existed)."""
     loaded = [load_judge_report(p) for p in sources]
     (first_path, first), rows = loaded[0], []
     for path, report in loaded:
@@ -778,19 +789,39 @@ def merge_reports(sources: list, out_dir: Path) -> dict:
     _check_counts(len(rows), len(rows))
     for row, label in zip(rows, _unique([r["label"] for r in rows])):
         row["label"] = label
+    merged = {**first, "merged_from": [str(p) for p, _ in loaded], "files": ["report.json", "report.md"]}
+    for key in ("correlation", "correlation_by_aggregate", "correlation_by_region", "correlation_with_best_reward"):
+        merged.pop(key, None)  # computed again below, over the merged rows
+    if sim_reports:
+        reports = [load_sim_report(p) for p in sim_reports]
+        attach_sim_reports(rows, reports)
+        merged.update(env_name=reports[0].env_name, task=reports[0].task)
     _add_ranks(rows)
-    merged = {**first, "policies": rows, "merged_from": [str(p) for p, _ in loaded], "files": ["report.json", "report.md"],
-              **_correlations(rows)}
+    merged.update(policies=rows, **_correlations(rows))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(merged, indent=2, allow_nan=False))
     write_markdown(out_dir / "report.md", merged)
     return merged
 
 
-def merge_main(sources: list, out_dir: str | None = None) -> int:
+def attach_sim_reports(rows: list[dict], reports: list[SimReport]) -> None:
+    """Each row's sim success from its report (one per row, in order, one env, each for its row's training step)."""
+    if len(reports) != len(rows):
+        raise WorldModelError("sim-reports", f"got {len(reports)} for {len(rows)} policies",
+                              "pass one `wamkit eval sim` results.json per merged policy, in the merged order")
+    _check_env_and_steps(reports, [r["source"].get("step") for r in rows], [r["label"] for r in rows],
+                         "pass the reports in the merged order")
+    for row, report in zip(rows, reports):
+        if row.get("success_rate") is not None:
+            raise WorldModelError(f"sim report {report.path}", f"is given for {row['label']}, which has its sim success already",
+                                  "pass sim reports only when merging reports judged without them")
+        row.update(_sim_fields(report))
+
+
+def merge_main(sources: list, out_dir: str | None = None, sim_reports: list | None = None) -> int:
     """`wamkit eval wm-policy-merge`: merge, print the table; 0 on success."""
     out = Path(out_dir) if out_dir else _judge_report_file(sources[0]).parent.parent / "merged"
-    report = merge_reports(sources, out)
+    report = merge_reports(sources, out, sim_reports)
     print("\n".join(summary_lines(report)))
     print(f"wrote {out / 'report.md'}")
     return 0
