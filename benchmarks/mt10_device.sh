@@ -375,9 +375,13 @@ judge_alone() {  # PHASE=1's judge: the world model ranks every checkpoint, with
   local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
   local policies; policies=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort)  # zero-padded: the curve's step order
+  # the closed loops' denoising steps, as their reports would have said: the judge's default (eval sim's 10) unless
+  # EVAL_EXTRA sets --num-steps (a judge setting then, which PHASE=2's merge with ACT's and DP's reports refuses)
+  local steps=() i
+  for i in "${!EVAL_SET[@]}"; do [ "${EVAL_SET[i]}" = --num-steps ] && steps=(--policy-steps "${EVAL_SET[i + 1]}"); done
   stamp "judge: $wm imagines $(echo "$policies" | wc -l) checkpoints, the ${JUDGE_STATE_LIST[0]} state (beside the closed loops)"
   wamkit eval wm-policy "$wm" --policies $policies --state "${JUDGE_STATE_LIST[0]}" --horizon $HORIZON --max-steps "$JUDGE_STEPS" \
-    --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge_alone" > "$LOG/judge_alone.log" 2>&1 || tail -20 "$LOG/judge_alone.log"
+    "${steps[@]}" --num-steps 1 --no-videos --device "$DEVICE" --out "$EV/judge_alone" > "$LOG/judge_alone.log" 2>&1 || tail -20 "$LOG/judge_alone.log"
   stamp "judge: imagined"
 }
 
