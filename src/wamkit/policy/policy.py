@@ -46,8 +46,9 @@ class Policy(ContractModel):
         stack alone). `compile_pointwise` (default: on for CUDA models): fuse the norms, MLP gates and
         rotary embedding with torch.compile. benchmarks/RESULTS.md has what each one buys.
         The text pathway's K/V are kept from one call to the next with the same prompts (a robot's
-        task text): a Policy's weights are loaded once. Changing them in place behind its back
-        through `.data` is not seen: call `self.processor.forget_text_kv()` after doing so."""
+        task text): a Policy's weights are loaded once, or replaced through `reload` (which drops them).
+        Changing them in place behind its back through `.data` is not seen: call
+        `self.processor.forget_text_kv()` after doing so."""
         if not float(rtc_max_guidance) >= 0:
             raise WamkitError("rtc_max_guidance", f"is {rtc_max_guidance}", "use a guidance clip >= 0 (the paper uses 5)")
         self._init_contract(loaded)
