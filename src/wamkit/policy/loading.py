@@ -187,7 +187,8 @@ def reload_weights(loaded: LoadedModel, path: str | Path, use_ema: bool = True) 
         raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
     group = "ema" if use_ema else "model"
     params = dict(loaded.model.named_parameters())
-    buffers = {n: b for n, b in loaded.model.named_buffers() if n in loaded.model.state_dict()}  # persistent ones
+    saved_names = loaded.model.state_dict().keys()
+    buffers = {n: b for n, b in loaded.model.named_buffers() if n in saved_names}  # persistent ones
     saved = ckpt.checkpoint_reader(iteration).read_metadata().state_dict_metadata
 
     def read_into(prefix: str, names) -> dict:  # empty tensors for the saved entries `prefix`.<name> of `names`

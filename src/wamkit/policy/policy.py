@@ -109,17 +109,18 @@ class Policy(ContractModel):
 
     def reload_refusal(self, path: str | Path) -> str | None:
         """Why `reload` cannot take this checkpoint (None: it can)."""
-        if getattr(self, "fp8_linears", 0):
-            return "the generation pathway was quantized to FP8 in place"
-        return reload_refusal(self.loaded, path)
+        return self._fp8_refusal() or reload_refusal(self.loaded, path)
+
+    def _fp8_refusal(self) -> str | None:
+        return "the generation pathway was quantized to FP8 in place" if getattr(self, "fp8_linears", 0) else None
 
     def reload(self, path: str | Path, use_ema: bool = True) -> None:
         """Another checkpoint of this policy's run, loaded into the same tensors: the graphs captured so
         far replay it (an evaluation of every checkpoint captures its graphs once), and the text K/V
-        recorded with the old weights are dropped."""
-        reason = self.reload_refusal(path)
-        if reason is not None:
-            raise CheckpointError(str(path), f"cannot be loaded in place: {reason}", "load it afresh (load_policy)")
+        recorded with the old weights are dropped. Refused with `reload_refusal`'s reason (reload_weights
+        checks the checkpoint's own)."""
+        if self._fp8_refusal():
+            raise CheckpointError(str(path), f"cannot be loaded in place: {self._fp8_refusal()}", "load it afresh (load_policy)")
         self.loaded = reload_weights(self.loaded, path, use_ema)
         self.processor.forget_text_kv()
 

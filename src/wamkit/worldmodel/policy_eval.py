@@ -618,7 +618,8 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
     _check_reports(policies, reports, labels, min_policies)
     # without sim reports: what `wamkit eval sim` defaults to (the whole chunk), over every task's held-out episodes
     horizons = [int(horizon or (r.execute_horizon if r else p.chunk_length)) for p, r in zip(policies, _each(reports, policies))]
-    tasks = reports[0].tasks if reports else tuple(dataset.episode_task(e) for e in dataset.episode_indices)
+    # each episode's own task text (meta/tasks may word it otherwise, and a multi-dataset's lists the first one's)
+    tasks = reports[0].tasks if reports else tuple({dataset.episode_task(e) for e in dataset.episode_indices})
     eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, tasks, episodes)]
     too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
     if too_short:
