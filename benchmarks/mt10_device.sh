@@ -177,6 +177,11 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # pixel_spatial_factor 8 (CAMERA=corner@2x,gripperPOV POLICY_EXTRA="--set model.pixel_spatial_factor=8"; 149 tokens a
 # sample, --dry-run 9.4 GiB, peak 8.6 on one H100), scored 0.54 against 0.44 side by side at 20 a task but 0.618 through
 # PHASE=1 in the forty-third, no better per step than the one view: corner@2x is the default again.
+# Depth for the floating goals (forty-sixth session): reach 0.30 and pick-place 0.44 against push 0.82 in the forty-first's
+# 0.766 (their goal marker floats 5-30 cm above the table, push's lies on it). CAMERA=corner@2x+shadow renders the same
+# view lit from straight above with shadows: the marker and the gripper cast them onto the table below (docs/simulation.md).
+# Side by side first, then through PHASE=1 (and PHASE=2: ACT and DP on the same recording) if it leads:
+#   VARIANTS='base:--set trainer.val_every=200;shadow@corner@2x+shadow:--set trainer.val_every=200' PHASE=sweep TRAIN_S=280 EPISODES=20
 CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
 # a recording is named by its cameras, frame size, format, expert noise: "corner", "corner,topview", "corner/128",

@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim_record.add_argument("--max-steps", type=int, default=None, help="step budget per episode (default: the env's)")
     sim_record.add_argument("--camera", default=None,
                             help="camera to render (default: the env's); Meta-World and aloha/transfer-cube take several, comma-separated, e.g. corner,topview; "
-                            "NAME@<zoom>x narrows a camera's view about its centre, e.g. corner@2x (eval sim renders what the recording used)")
+                            "NAME@<zoom>x narrows a camera's view about its centre, e.g. corner@2x; a +shadow suffix lights it from straight "
+                            "above with shadows, the depth cue one view lacks, e.g. corner@2x+shadow (eval sim renders what the recording used)")
     sim_record.add_argument("--action-repeat", type=int, default=1,
                             help="hold each expert action for K simulator steps: the dataset runs at the env's fps / K")
     sim_record.add_argument("--workers", type=int, default=0,

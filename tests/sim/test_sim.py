@@ -102,7 +102,7 @@ def test_a_zoomed_camera_shows_the_centre_of_the_view_at_twice_the_pixels():
     camera in the same env keeps its own zoom, and bad specs name the form."""
     from wamkit.sim.base import parse_camera, zoomed_fovy
 
-    assert parse_camera("corner") == ("corner", 1.0) and parse_camera("corner@2.5x") == ("corner", 2.5)
+    assert parse_camera("corner") == ("corner", 1.0, False) and parse_camera("corner@2.5x") == ("corner", 2.5, False)
     assert zoomed_fovy(90.0, 1.0) == pytest.approx(90.0) and zoomed_fovy(90.0, 2.0) == pytest.approx(53.13, abs=0.01)
     with make_env(ENV, resolution=64) as wide, make_env(ENV, resolution=32, camera="corner@2x,corner") as env:
         full, obs = wide.reset(7)["image"], env.reset(7)
@@ -114,6 +114,36 @@ def test_a_zoomed_camera_shows_the_centre_of_the_view_at_twice_the_pixels():
     for bad in ("corner@2", "corner@x", "corner@20x", "@2x"):
         with pytest.raises(SimError, match="NAME@<zoom>x"):
             make_env(ENV, resolution=32, camera=bad)
+
+
+def test_a_shadow_camera_lights_from_above_and_leaves_the_other_views_as_they_were():
+    """`+shadow` renders a camera with one shadow-casting sun straight above the scene: the gripper and the
+    floating goal marker cast their shadows onto the table below them (the depth cue one view lacks). It acts
+    on that render's scene only: the model's lights stay as they were and a plain view of the same env renders
+    exactly as in an env without any shadow camera."""
+    import mujoco
+
+    from wamkit.sim.base import parse_camera
+
+    assert parse_camera("corner@2x+shadow") == ("corner", 2.0, True) and parse_camera("corner+shadow") == ("corner", 1.0, True)
+    assert parse_camera("corner@2x").shadow is False
+    for bad in ("corner+shadow@2x", "+shadow", "corner+shade"):
+        with pytest.raises(SimError, match=r"\+shadow"):
+            make_env(ENV, resolution=32, camera=bad)
+    with make_env(ENV, resolution=48) as plain_env, make_env(ENV, resolution=48, camera="corner,corner+shadow") as env:
+        model = env._env.model
+        lights_before = model.light_dir.copy(), model.light_castshadow.copy()
+        plain, obs = plain_env.reset(3)["image"], env.reset(3)
+        np.testing.assert_array_equal(obs["views"]["corner"], plain)
+        shadowed = obs["views"]["corner+shadow"]
+        assert np.mean(np.abs(shadowed.astype(int) - plain).max(-1) > 24) > 0.02  # another lighting, shadows on the table
+        scene = env._update_scene(env._env.data, "corner+shadow")
+        sun = [scene.lights[i] for i in range(scene.nlight) if scene.lights[i].castshadow]
+        assert len(sun) == 1 and sun[0].directional and np.allclose(sun[0].dir, (0, 0, -1))
+        assert scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW]
+        np.testing.assert_array_equal(env.render("corner"), plain)  # the plain view after a shadow render: unchanged
+        np.testing.assert_array_equal(model.light_dir, lights_before[0])
+        np.testing.assert_array_equal(model.light_castshadow, lights_before[1])
 
 
 def test_a_policy_is_evaluated_with_the_camera_its_recording_used(tmp_path):

@@ -210,7 +210,7 @@ class AlohaTransferCubeEnv(SimEnv):
     multi_camera = True
 
     def render(self, camera: str | None = None) -> np.ndarray:
-        self._renderer.update_scene(self._physics.data.ptr, camera=self._scene_camera(camera or self.camera))
+        self._update_scene(self._physics.data.ptr, camera or self.camera)
         return np.ascontiguousarray(self._renderer.render())
 
     def joint_state(self) -> np.ndarray:

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -78,23 +78,56 @@ def higher_reward(best: float | None, reward: float | None) -> float | None:
 
 
 ZOOM_RANGE = (0.25, 8.0)
+SHADOW_MAP_PX = 2048  # ~2 mm a texel over Meta-World's table: its 1 cm goal marker casts a solid shadow
 
 
-def parse_camera(spec: str, where: str = "camera") -> tuple[str, float]:
-    """A camera spec, `NAME` or `NAME@<zoom>x`, -> (the model's camera name, zoom). A zoom narrows the camera's
-    field of view about its centre (2x: half the tangent of the half-angle): the frame shows the middle of
-    the view at the same resolution, so the scene's objects cover that many times the pixels."""
-    name, sep, zoom = spec.partition("@")
+class CameraSpec(NamedTuple):
+    """One camera of an env's `camera` argument: the model's camera, its zoom, and whether it is rendered
+    with an overhead light's shadows (`+shadow`)."""
+
+    name: str
+    zoom: float = 1.0
+    shadow: bool = False
+
+
+SHADOW_SUFFIX = "+shadow"
+
+
+def parse_camera(spec: str, where: str = "camera") -> CameraSpec:
+    """A camera spec, `NAME[@<zoom>x][+shadow]`, -> CameraSpec. A zoom narrows the camera's field of view
+    about its centre (2x: half the tangent of the half-angle): the frame shows the middle of the view at the
+    same resolution, so the scene's objects cover that many times the pixels. `+shadow` lights the scene
+    from straight above with the one shadow-casting light: whatever floats above the table (reach's and
+    pick-place's goal marker, the gripper) casts its shadow right below it, the depth cue one view lacks."""
+    base, shadow = (spec[:-len(SHADOW_SUFFIX)], True) if spec.endswith(SHADOW_SUFFIX) else (spec, False)
+    name, sep, zoom = base.partition("@")
     if not sep:
-        return spec, 1.0
-    try:
-        value = float(zoom[:-1]) if zoom.endswith("x") else float("nan")
-    except ValueError:
-        value = float("nan")
-    if not (ZOOM_RANGE[0] <= value <= ZOOM_RANGE[1]) or not name:
-        raise SimError(where, f"{spec!r} is not NAME or NAME@<zoom>x with a zoom in [{ZOOM_RANGE[0]}, {ZOOM_RANGE[1]}]",
-                       "write e.g. corner or corner@2x")
-    return name, value
+        value = 1.0
+    else:
+        try:
+            value = float(zoom[:-1]) if zoom.endswith("x") else float("nan")
+        except ValueError:
+            value = float("nan")
+    if not (ZOOM_RANGE[0] <= value <= ZOOM_RANGE[1]) or not name or "+" in name:
+        raise SimError(where, f"{spec!r} is not NAME, NAME@<zoom>x or either with {SHADOW_SUFFIX} after it, with a zoom in "
+                       f"[{ZOOM_RANGE[0]}, {ZOOM_RANGE[1]}]", "write e.g. corner, corner@2x or corner@2x+shadow")
+    return CameraSpec(name, value, shadow)
+
+
+def overhead_shadow(scene, model) -> None:
+    """Turn a built mjvScene's lighting into one shadow-casting sun straight above the model's centre
+    (the first non-head light, moved; the others keep lighting but cast nothing). The model's own lights
+    stay untouched: this acts on one render's scene only."""
+    lights = [scene.lights[i] for i in range(scene.nlight)]
+    suns = [light for light in lights if not light.headlight]
+    if not suns:
+        raise SimError("camera +shadow", "the model has no light to cast the shadow", "render without +shadow")
+    for light in lights:
+        light.castshadow = 0
+    sun = suns[0]
+    sun.directional, sun.castshadow = 1, 1
+    sun.dir[:] = (0.0, 0.0, -1.0)
+    sun.pos[:] = np.asarray(model.stat.center, dtype=np.float32) + np.float32(model.stat.extent) * np.array([0, 0, 1], np.float32)
 
 
 def zoomed_fovy(fovy_degrees: float, zoom: float) -> float:
@@ -181,22 +214,24 @@ class SimEnv:
 
     def _fast_renderer(self, mujoco, model) -> None:
         """An offscreen renderer for `self.camera` with shadows, reflections and multisampling off:
-        the software renderer goes from 1-10 to ~50 fps at 64-256 px."""
-        model.vis.quality.shadowsize = 0
+        the software renderer goes from 1-10 to ~50 fps at 64-256 px. A `+shadow` camera gets a shadow
+        map (SHADOW_MAP_PX, over the model's extent) and its shadow pass in its own renders only."""
+        self._camera_specs = {spec: parse_camera(spec) for spec in self.cameras}
+        model.vis.quality.shadowsize = SHADOW_MAP_PX if any(c.shadow for c in self._camera_specs.values()) else 0
         model.vis.quality.offsamples = 0
         self._renderer = mujoco.Renderer(model, self.resolution, self.resolution)
+        self._mujoco_render_flags = mujoco.mjtRndFlag
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
         self._camera_ids, self._camera_fovy, self._camera_model = {}, {}, model
-        for spec in self.cameras:
-            name, zoom = parse_camera(spec)
+        for spec, camera in self._camera_specs.items():
             try:
-                self._camera_ids[spec] = model.camera(name).id
+                self._camera_ids[spec] = model.camera(camera.name).id
             except KeyError as exc:
                 names = [model.camera(i).name for i in range(model.ncam)]
-                raise SimError(f"sim env {self.spec.name!r}: camera", f"{name!r} does not exist", f"use one of {names}") from exc
-            self._camera_fovy[spec] = zoomed_fovy(float(model.cam_fovy[self._camera_ids[spec]]), zoom)
+                raise SimError(f"sim env {self.spec.name!r}: camera", f"{camera.name!r} does not exist", f"use one of {names}") from exc
+            self._camera_fovy[spec] = zoomed_fovy(float(model.cam_fovy[self._camera_ids[spec]]), camera.zoom)
 
     def _scene_camera(self, camera: str) -> int:
         """The model camera id to render `camera` (a spec of self.cameras) from, its field of view set to the
@@ -204,6 +239,16 @@ class SimEnv:
         camera_id = self._camera_ids[camera]
         self._camera_model.cam_fovy[camera_id] = self._camera_fovy[camera]
         return camera_id
+
+    def _update_scene(self, data, camera: str):
+        """Build the renderer's scene for `camera` (a spec of self.cameras): its zoom, and for a `+shadow`
+        spec the overhead sun and the shadow pass. Returns the scene (adapters may add marker geoms)."""
+        self._renderer.update_scene(data, camera=self._scene_camera(camera))
+        scene, shadow = self._renderer.scene, self._camera_specs[camera].shadow
+        scene.flags[self._mujoco_render_flags.mjRND_SHADOW] = int(shadow)
+        if shadow:
+            overhead_shadow(scene, self._camera_model)
+        return scene
 
     def __enter__(self):
         return self

@@ -98,7 +98,7 @@ class MetaWorldEnv(SimEnv):
 
     def render(self, camera: str | None = None) -> np.ndarray:
         camera = camera or self.camera
-        self._renderer.update_scene(self._env.data, camera=self._scene_camera(camera))
+        self._update_scene(self._env.data, camera)
         img = self._renderer.render()
         if camera.startswith("corner"):  # Meta-World's corner cameras render upside down
             img = img[::-1, ::-1]

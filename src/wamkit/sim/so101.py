@@ -91,8 +91,7 @@ class SO101PickPlaceEnv(SimEnv):
     # ---- env ------------------------------------------------------------------------------------
     def render(self) -> np.ndarray:
         mj = self._mujoco
-        self._renderer.update_scene(self._env.data, camera=self._scene_camera(self.camera))
-        scene = self._renderer.scene
+        scene = self._update_scene(self._env.data, self.camera)
         if scene.ngeom < scene.maxgeom:  # the goal marker: a 2 mm thick disc lying on the table
             goal = self._env.goal_pos
             mj.mjv_initGeom(scene.geoms[scene.ngeom], mj.mjtGeom.mjGEOM_CYLINDER,
