@@ -180,7 +180,7 @@ read -r -a JUDGE_STATE_LIST <<< "${JUDGE_STATES:-affine}"
 # Depth for the floating goals (forty-sixth session): reach 0.30 and pick-place 0.44 against push 0.82 in the forty-first's
 # 0.766 (their goal marker floats 5-30 cm above the table, push's lies on it). CAMERA=corner@2x+shadow renders the same
 # view lit from straight above with shadows: the marker and the gripper cast them onto the table below (docs/simulation.md).
-# Side by side first, then through PHASE=1 (and PHASE=2: ACT and DP on the same recording) if it leads:
+# Side by side (forty-sixth session, one H100, 20 a task): 0.53 against 0.58, reach 2/20 against 7/20: not carried in.
 #   VARIANTS='base:--set trainer.val_every=200;shadow@corner@2x+shadow:--set trainer.val_every=200' PHASE=sweep TRAIN_S=280 EPISODES=20
 CAMERA=${CAMERA:-corner@2x}
 LOG=$WORK/logs; RUNS=$WORK/runs; EV=$WORK/eval
