@@ -192,6 +192,29 @@ def test_batched_closed_loop_with_more_workers_than_episodes(run_dir, tmp_path):
     assert [t.episodes for t in result.tasks] == [2, 2]
 
 
+def test_padded_batches_give_every_predict_the_pools_size_and_the_same_episodes(run_dir, tmp_path):
+    """pad_batches (the default for a policy that replays CUDA graphs: one capture per batch shape) hands every
+    predict a batch of the pool's size, the live observations first, and keeps only their chunks: the episodes
+    end as without padding, while the report still counts the live batch sizes."""
+    from wamkit.eval.batched import evaluate_batched, padded_batch
+
+    assert padded_batch([1, 2], 4) == [1, 2, 1, 1] and padded_batch([1, 2], 0) == [1, 2] == padded_batch([1, 2], 2)
+    policy = load_policy(run_dir, num_steps=1)
+    assert policy.replays_cuda_graphs is False  # on the CPU: no graphs, so no padding unless asked
+    sizes, predict = [], policy.predict
+    policy.predict = lambda observations, **kw: sizes.append(len(observations)) or predict(observations, **kw)
+    kw = dict(max_episode_steps=8, execute_horizon=4, num_steps=1, workers=3)
+    padded = evaluate_batched(policy, expand_env_names(TWO), 2, seed=1, pad_batches=True, **kw)
+    padded_sizes, sizes[:] = list(sizes), []
+    plain = evaluate_batched(policy, expand_env_names(TWO), 2, seed=1, **kw)
+    assert set(padded_sizes) == {3} and min(sizes) < 3  # 4 episodes on 3 workers: the last rounds run fewer
+    for a, b in zip(padded, plain):
+        assert [(e.seed, e.success, e.length) for e in a.per_episode] == [(e.seed, e.success, e.length) for e in b.per_episode]
+        assert [e.best_reward for e in a.per_episode] == pytest.approx([e.best_reward for e in b.per_episode], abs=1e-3)
+    assert padded[0].timing["padded_to"] == 3 and plain[0].timing["padded_to"] == 0
+    assert padded[0].timing["ms_per_predict_by_batch"].keys() == plain[0].timing["ms_per_predict_by_batch"].keys()
+
+
 def _frame_count(video: Path) -> int:
     import av
 

@@ -61,10 +61,14 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
                      execute_horizon: int | None = None, resolution: int | None = None,
                      max_episode_steps: int | None = None, num_steps: int | None = None, pool=None,
                      verbose: bool = False, expert_trace: bool = False, video_dirs: dict | None = None,
-                     num_videos: int = 1) -> list[EvalResult]:
+                     num_videos: int = 1, pad_batches: bool | None = None) -> list[EvalResult]:
     """`episodes` episodes in each env (the same seeds in each), one EvalResult per env in env order.
     `pool`: an open `EnvWorkers` built with the same settings, reused across calls (checkpoints).
-    `video_dirs`: env name -> directory for that task's rollout videos (none without)."""
+    `video_dirs`: env name -> directory for that task's rollout videos (none without).
+    `pad_batches` (default: when the policy replays CUDA graphs): every predict gets a batch of the pool's
+    size, the live observations padded with copies of the first (their chunks dropped). A graphed policy
+    captures one graph per batch shape (150-900 ms each on an H100); as episodes end, a loop's batches
+    take every size below the pool's (the forty-sixth session's final loop: 26 captures in 91 s)."""
     from wamkit.sim.envs import get_spec
     from wamkit.sim.record import episode_seed
     from wamkit.sim.workers import EnvWorkers
@@ -82,7 +86,7 @@ def evaluate_batched(policy, env_names: Sequence[str], episodes: int, seed: int 
     pool = pool or EnvWorkers(min(workers, len(queue)), settings)
     done: dict[str, list[EpisodeResult]] = {s.name: [] for s in specs}
     traces: dict[str, dict[int, tuple]] = {s.name: {} for s in specs}  # (executed, expert) by episode index
-    timing = Timing()
+    timing = Timing(padded_to=len(pool) if (_replays_graphs(policy) if pad_batches is None else pad_batches) else 0)
     captures = _graph_captures(policy)
     try:
         _run(policy, pool, queue, done, horizon, steps, seed, verbose, timing, traces, expert_trace)
@@ -112,6 +116,7 @@ class Timing:
 
     env_s: float = 0.0
     graph_captures: int = 0
+    padded_to: int = 0  # every predict's batch padded to this size (0: the live episodes' count)
     by_batch: dict = field(default_factory=dict)  # batch size -> [predicts, seconds]: latency- or compute-bound
 
     def add_predict(self, batch: int, seconds: float) -> None:
@@ -136,17 +141,28 @@ class Timing:
     def to_json(self, seconds: float) -> dict:
         return {"policy_s": round(self.policy_s, 3), "env_s": round(self.env_s, 3), "other_s": round(seconds - self.policy_s - self.env_s, 3),
                 "rounds": self.rounds, "mean_batch": round(self.mean_batch, 2), "graph_captures": self.graph_captures,
+                "padded_to": self.padded_to,
                 "ms_per_predict_by_batch": {str(b): round(ms, 1) for b, ms in self.ms_by_batch().items()}}
 
     def line(self, seconds: float) -> str:
         return (f"{seconds:.1f} s: policy {self.policy_s:.1f} s over {self.rounds} batched predicts "
-                f"({1e3 * self.policy_s / max(self.rounds, 1):.0f} ms each, mean batch {self.mean_batch:.1f}, "
+                f"({1e3 * self.policy_s / max(self.rounds, 1):.0f} ms each, mean batch {self.mean_batch:.1f}"
+                + (f" padded to {self.padded_to}" if self.padded_to else "") + ", "
                 f"{self.graph_captures} CUDA graph captures), simulators {self.env_s:.1f} s; ms per predict by batch size: "
                 + ", ".join(f"{b}: {ms:.0f}" for b, ms in self.ms_by_batch().items()))
 
 
 def _graph_captures(policy) -> int:
     return int(getattr(policy, "graph_captures", 0) or 0)  # 0 for policies without CUDA graphs (ACT, DP, the CPU)
+
+
+def _replays_graphs(policy) -> bool:
+    return bool(getattr(policy, "replays_cuda_graphs", False))  # False for ACT, DP and wamkit's policy off CUDA
+
+
+def padded_batch(observations: list, size: int) -> list:
+    """`observations` followed by copies of the first up to `size` (unchanged when size is 0 or no larger)."""
+    return observations + observations[:1] * max(size - len(observations), 0)
 
 
 def write_videos(pool, done: dict, traces: dict, video_dirs: dict, num_videos: int) -> None:
@@ -190,7 +206,8 @@ def _run(policy, pool, queue: list[_Live], done: dict, horizon: int, steps: int,
         workers = sorted(live)
         t1 = time.perf_counter()
         observations = [policy_observation(live[w].obs, policy.camera_keys) for w in workers]
-        chunks = policy.predict(observations, seed=seed * 1009 + timing.rounds, num_steps=steps)
+        chunks = policy.predict(padded_batch(observations, timing.padded_to), seed=seed * 1009 + timing.rounds,
+                                num_steps=steps)[:len(observations)]
         t2 = time.perf_counter()
         for w, chunk in zip(workers, chunks):
             ep = live[w]

@@ -125,6 +125,12 @@ class Policy(ContractModel):
         self.processor.forget_text_kv()
 
     @property
+    def replays_cuda_graphs(self) -> bool:
+        """Whether predicts replay CUDA graphs, one captured per batch shape: a caller that knows its largest
+        batch pads to it (wamkit.eval.batched) and captures once."""
+        return self.graphs is not None or self.forward_graphs is not None
+
+    @property
     def graph_captures(self) -> int:
         """CUDA graphs captured so far (whole forwards and decoder stacks): each new shape costs one."""
         return sum(g.captures for g in (self.graphs, self.forward_graphs) if g is not None)
