@@ -377,7 +377,7 @@ pack1() {  # after every stage, so a call cut at its limit still sends back what
 
 judge_alone() {  # PHASE=1's judge: the world model ranks every checkpoint, without sim reports (beside the closed loops)
   kept "$EV/judge_alone/report.json" "the judge's imagination" && return
-  local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
   local policies; policies=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort)  # zero-padded: the curve's step order
   # the closed loops' denoising steps, as their reports would have said: the judge's default (eval sim's 10) unless
@@ -392,7 +392,7 @@ judge_alone() {  # PHASE=1's judge: the world model ranks every checkpoint, with
 
 judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and sim reports in the same step order)
   local state=${1:-${JUDGE_STATE_LIST[0]}} out=${2:-$EV/judge}
-  local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  local wm; wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort | tail -1)
   [ -n "$wm" ] || { stamp "judge skipped: the world model saved no checkpoint"; return; }
   local policies=() reports=() step
   for report in $(ls -d "$EV"/curve/step_* | sort); do
@@ -408,7 +408,7 @@ judge() {  # [STATE OUT]: the world model ranks the checkpoints (policies and si
 
 graph_check() {  # CUDA graphs against plain forwards, prompts mixed anew every batch; then the run's last checkpoint
   # loaded in place (as eval sim --all-checkpoints does since the forty-fifth session) against it loaded afresh
-  local ckpts; ckpts=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort -t_ -k2 -n)
+  local ckpts; ckpts=$(ls -d "$RUNS"/policy/checkpoints/iter_* | sort)
   stamp "CUDA graphs against plain forwards, prompts mixed anew every batch; the last checkpoint loaded in place"
   $PY benchmarks/graph_replay_check.py "$(echo "$ckpts" | head -1)" --reload "$(echo "$ckpts" | tail -1)" --device "$DEVICE" \
     > "$LOG/graph_check.log" 2>&1; tail -5 "$LOG/graph_check.log"
@@ -450,7 +450,7 @@ phase2() {
   # PHASE=1's world model and judge report, when this machine ran PHASE=1 and stayed warm: ACT and DP are scored with
   # the same settings in their own processes and merged into PHASE=1's ranking (wamkit eval wm-policy-merge)
   local wm judge_args=()
-  wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  wm=$(ls -d "$RUNS"/wm/checkpoints/iter_* 2>/dev/null | sort | tail -1)
   if [ -n "$wm" ] && [ -f "$EV/judge/report.json" ]; then
     judge_args=(--judge-world-model "$wm" --judge-max-steps "$JUDGE_STEPS" --judge-num-steps 1 --judge-state "${JUDGE_STATE_LIST[@]}")
     stamp "PHASE=1's world model ($wm) is here: it judges ACT and DP too"
@@ -598,7 +598,7 @@ phasesweep() {  # recipe variants side by side in one box, each evaluated at $EP
 phaseeval() {  # PHASE=1's policy (or EVAL_RUN, e.g. a sweep's variant), still on this warm machine, under sampler/execution variants side by side
   # EVAL_VARIANTS="name:eval-sim flags;..." (default below): denoising steps and the executed horizon, which training
   # does not fix. Run it right after PHASE=1 (or PHASE=2); on a fresh machine it says so and stops.
-  local ckpt; ckpt=$(ls -d "$RUNS/${EVAL_RUN:-policy}"/checkpoints/iter_* 2>/dev/null | sort -t_ -k2 -n | tail -1)
+  local ckpt; ckpt=$(ls -d "$RUNS/${EVAL_RUN:-policy}"/checkpoints/iter_* 2>/dev/null | sort | tail -1)
   [ -n "$ckpt" ] || { stamp "no run ${EVAL_RUN:-policy} under $RUNS (a fresh machine, or a PHASE=sweep/trio since, which clears it): nothing to evaluate"; return 1; }
   local variants=${EVAL_VARIANTS:-"n5:--num-steps 5;n20:--num-steps 20;h4:--horizon 4;t0:--noise-scale 0"} names=() spec name args
   IFS=';' read -r -a specs <<< "$variants"
