@@ -365,6 +365,10 @@ def test_loading_in_place_is_refused_with_the_reason(run_dir, tmp_path):
     assert "another run" in policy.reload_refusal(second)
     policy.loaded = loaded
     assert policy.reload_refusal(second) is None
+    policy.model.register_buffer("running_mean", torch.zeros(3))  # a persistent buffer (BatchNorm's kind): only a fresh load reads it
+    assert "persistent buffers (running_mean)" in policy.reload_refusal(second)
+    policy.model.register_buffer("running_mean", torch.zeros(3), persistent=False)
+    assert policy.reload_refusal(second) is None
 
 
 def test_plot_falls_back_to_svg_without_matplotlib(tmp_path, monkeypatch):

@@ -169,7 +169,16 @@ def reload_refusal(loaded: LoadedModel, path: str | Path) -> str | None:
         return f"{iteration} belongs to another run than {built_from}"
     if ckpt.read_marker(iteration).get("data_contract") != loaded.contract:
         return f"{iteration} records another data contract than {built_from}"
+    persistent = _persistent_buffers(loaded.model)
+    if persistent:  # only the trained parameters are copied in; what training changes in a buffer would be missed
+        return f"the model keeps persistent buffers ({', '.join(sorted(persistent)[:3])}), which only a fresh load reads"
     return None
+
+
+def _persistent_buffers(model: torch.nn.Module) -> set[str]:
+    """Names of the buffers the model saves in its state_dict (BatchNorm's running statistics, say; none in today's models)."""
+    saved = model.state_dict().keys()
+    return {name for name, _ in model.named_buffers() if name in saved}
 
 
 def reload_weights(loaded: LoadedModel, path: str | Path, use_ema: bool = True) -> LoadedModel:
@@ -187,22 +196,13 @@ def reload_weights(loaded: LoadedModel, path: str | Path, use_ema: bool = True) 
         raise CheckpointError(str(iteration), "has no EMA weights (ema.enabled was false)", "load with use_ema=False")
     group = "ema" if use_ema else "model"
     params = dict(loaded.model.named_parameters())
-    saved_names = loaded.model.state_dict().keys()
-    buffers = {n: b for n, b in loaded.model.named_buffers() if n in saved_names}  # persistent ones
     saved = ckpt.checkpoint_reader(iteration).read_metadata().state_dict_metadata
-
-    def read_into(prefix: str, names) -> dict:  # empty tensors for the saved entries `prefix`.<name> of `names`
-        return {key[len(prefix) + 1:]: torch.empty(meta.size, dtype=meta.properties.dtype)
-                for key, meta in saved.items() if key.startswith(prefix + ".") and key[len(prefix) + 1:] in names}
-
-    request = {group: read_into(group, params)}
-    if buffers:  # a buffer that training changes (none in today's models) comes from the raw model, as a fresh load's
-        request.setdefault("model", {}).update(read_into("model", buffers))
-    ckpt.load_checkpoint(iteration, request, verify=None)  # verified above
+    values = {key[len(group) + 1:]: torch.empty(meta.size, dtype=meta.properties.dtype)  # the saved `group`.<parameter>
+              for key, meta in saved.items() if key.startswith(group + ".") and key[len(group) + 1:] in params}
+    ckpt.load_checkpoint(iteration, {group: values}, verify=None)  # verified above
     with torch.no_grad():
-        for values in request.values():
-            for name, value in values.items():
-                (params[name] if name in params else buffers[name]).copy_(value)
+        for name, value in values.items():
+            params[name].copy_(value)
     marker = ckpt.read_marker(iteration)
     source = {"checkpoint": str(iteration.resolve()), "step": int(marker.get("step", -1)), "weights": "ema" if use_ema else "raw"}
     return dataclasses.replace(loaded, source=source)
