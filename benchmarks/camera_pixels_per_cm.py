@@ -72,7 +72,7 @@ def main() -> None:
         model, data = env._env.model, env._env.data
         spread = "; ".join(" / ".join(f"{100 * np.ptp(p[:, a]):.1f}" for a in range(3)) for p in (objects, goals))
         for camera in CAMERAS:
-            name, zoom = parse_camera(camera)
+            name, zoom, _ = parse_camera(camera)  # shadows do not move a pixel
             camera_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
             if camera_id < 0:
                 continue
