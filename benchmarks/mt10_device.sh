@@ -42,6 +42,8 @@
 #                              past 600 s (forty-fifth, H100, one view, slow    453 s (forty-fifth, H100, same host)
 #                              host: curve 130 s against 96, final loop cut
 #                              at 420 of 500 episodes)
+#                              511 s (forty-sixth, H100, fast host, the
+#                              recording kept from a sweep just before)
 # The host matters as much as the card: the forty-third session's H100 host ran 2-3x slower than the forty-first's
 # (the two-view recording 83.5 s, the policy's first step 77 s after launch against 43, 350 curve episodes 159 s against
 # 96) and PHASE=1 hit the 600 s limit as its final closed loop began. A cut call returns rc 124; the line "about to be cut"
