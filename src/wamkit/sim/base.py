@@ -127,7 +127,7 @@ def overhead_shadow(scene, model) -> None:
     sun = suns[0]
     sun.directional, sun.castshadow = 1, 1
     sun.dir[:] = (0.0, 0.0, -1.0)
-    sun.pos[:] = np.asarray(model.stat.center, dtype=np.float32) + np.float32(model.stat.extent) * np.array([0, 0, 1], np.float32)
+    sun.pos[:] = np.asarray(model.stat.center) + (0.0, 0.0, float(model.stat.extent))  # above the scene, inside its shadow map
 
 
 def zoomed_fovy(fovy_degrees: float, zoom: float) -> float:
