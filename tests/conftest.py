@@ -1,9 +1,17 @@
 """Shared fixtures: the generated demo dataset, a tiny Wan2.2-layout VAE."""
 
-from pathlib import Path
+import os
 
-import pytest
-import torch
+# One OpenMP thread for each test worker and every process a test starts (they inherit it), set before torch is
+# imported. pytest runs two workers on CI's two cores; a subprocess with torch's default of one thread a core
+# spin-waits for a core the other worker holds: two such tests side by side took 754 s and 719 s against ~30 s alone
+# (clean-clone CI, forty-sixth session). A test or a user's shell that sets OMP_NUM_THREADS keeps its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from wamkit.data import write_demo_dataset
 
