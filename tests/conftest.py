@@ -3,9 +3,9 @@
 import os
 
 # One OpenMP thread for each test worker and every process a test starts (they inherit it), set before torch is
-# imported. pytest runs two workers on CI's two cores; a subprocess with torch's default of one thread a core
-# spin-waits for a core the other worker holds: two such tests side by side took 754 s and 719 s against ~30 s alone
-# (clean-clone CI, forty-sixth session). A test or a user's shell that sets OMP_NUM_THREADS keeps its own.
+# imported. pytest runs two workers on CI's two cores, and a subprocess at torch's default of one thread a core
+# competes with the other worker for them (the MT10 recipe header test beside serve_export's: 37 s at two threads,
+# 28 s at one); most subprocess tests set it already. A test or a user's shell that sets OMP_NUM_THREADS keeps its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pathlib import Path  # noqa: E402
