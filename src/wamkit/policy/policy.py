@@ -119,8 +119,9 @@ class Policy(ContractModel):
         far replay it (an evaluation of every checkpoint captures its graphs once), and the text K/V
         recorded with the old weights are dropped. Refused with `reload_refusal`'s reason (reload_weights
         checks the checkpoint's own)."""
-        if self._fp8_refusal():
-            raise CheckpointError(str(path), f"cannot be loaded in place: {self._fp8_refusal()}", "load it afresh (load_policy)")
+        reason = self._fp8_refusal()
+        if reason:
+            raise CheckpointError(str(path), f"cannot be loaded in place: {reason}", "load it afresh (load_policy)")
         self.loaded = reload_weights(self.loaded, path, use_ema)
         self.processor.forget_text_kv()
 

@@ -202,8 +202,7 @@ class SimEnv:
                            "use e.g. 64 or 96 (a multiple of the tokenizer's spatial factor)")
         self.spec, self.resolution = spec, int(resolution)
         self.cameras = [c.strip() for c in (camera or spec.camera).split(",") if c.strip()]
-        for c in self.cameras:
-            parse_camera(c, f"sim env {spec.name!r}: camera")
+        self._camera_specs = {c: parse_camera(c, f"sim env {spec.name!r}: camera") for c in self.cameras}
         if len(self.cameras) > 1 and not self.multi_camera:
             raise SimError(f"sim env {spec.name!r}: camera", f"{camera!r} names {len(self.cameras)} cameras; this env "
                            "renders one", "name a single camera (several are supported for Meta-World and aloha/transfer-cube)")
@@ -216,7 +215,6 @@ class SimEnv:
         """An offscreen renderer for `self.camera` with shadows, reflections and multisampling off:
         the software renderer goes from 1-10 to ~50 fps at 64-256 px. A `+shadow` camera gets a shadow
         map (SHADOW_MAP_PX, over the model's extent) and its shadow pass in its own renders only."""
-        self._camera_specs = {spec: parse_camera(spec) for spec in self.cameras}
         model.vis.quality.shadowsize = SHADOW_MAP_PX if any(c.shadow for c in self._camera_specs.values()) else 0
         model.vis.quality.offsamples = 0
         self._renderer = mujoco.Renderer(model, self.resolution, self.resolution)

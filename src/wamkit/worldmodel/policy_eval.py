@@ -180,16 +180,17 @@ def check_horizon(policy, wm: WorldModel, horizon: int, label: str) -> None:
                               f"pass --horizon a multiple of {wm.chunk_length} (and run eval sim with the same --horizon)")
 
 
-def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, tasks: tuple[str, ...], episodes) -> list[int]:
-    """Explicit episodes, else the world model's validation episodes of the evaluated task(s)."""
+def pick_episodes(wm: WorldModel, dataset: LeRobotV3Dataset, tasks: tuple[str, ...] | None, episodes) -> list[int]:
+    """Explicit episodes, else the world model's validation episodes of the evaluated task(s) (`tasks` None: of every task)."""
     if episodes:
         return [int(e) for e in episodes]
     val = [int(e) for e in wm.contract.get("val_episodes") or []]
-    chosen = [e for e in val if dataset.episode_task(e) in tasks]
+    chosen = [e for e in val if tasks is None or dataset.episode_task(e) in tasks]
     if not chosen:
-        same = [e for e in dataset.episode_indices if dataset.episode_task(e) in tasks][:8]
-        raise WorldModelError("episodes", f"none of the world model's validation episodes {val} is of the tasks {list(tasks)}",
-                              f"pass --episodes (episodes of that task: {same or 'none in this dataset'})")
+        same = [e for e in dataset.episode_indices if tasks is None or dataset.episode_task(e) in tasks][:8]
+        problem = ("the world model has no validation episodes" if tasks is None else
+                   f"none of the world model's validation episodes {val} is of the tasks {list(tasks)}")
+        raise WorldModelError("episodes", problem, f"pass --episodes (episodes of that task: {same or 'none in this dataset'})")
     return chosen
 
 
@@ -618,9 +619,7 @@ def _prepare(wm: WorldModel, policies: list, reports: list[SimReport], dataset: 
     _check_reports(policies, reports, labels, min_policies)
     # without sim reports: what `wamkit eval sim` defaults to (the whole chunk), over every task's held-out episodes
     horizons = [int(horizon or (r.execute_horizon if r else p.chunk_length)) for p, r in zip(policies, _each(reports, policies))]
-    # each episode's own task text (meta/tasks may word it otherwise, and a multi-dataset's lists the first one's)
-    tasks = reports[0].tasks if reports else tuple({dataset.episode_task(e) for e in dataset.episode_indices})
-    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, tasks, episodes)]
+    eps = [load_episode(dataset, e, wm.contract) for e in pick_episodes(wm, dataset, reports[0].tasks if reports else None, episodes)]
     too_short = [ep.episode for ep in eps if len(ep.frames) < wm.chunk_length + 1]
     if too_short:
         raise WorldModelError("episodes", f"{too_short} have fewer than chunk_length + 1 = {wm.chunk_length + 1} frames",
